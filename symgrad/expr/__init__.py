@@ -1,0 +1,1 @@
+"""The symbolic layer: expressions, derivatives, evaluation, printing. Knows nothing of Numba."""

@@ -1,0 +1,290 @@
+"""Constructors: argument checks, constant folding, local rewrites, canonical order.
+
+Every node is made by :func:`apply`.  The rewrites are a table (``RULES``): each
+rule looks at one node's arguments and may return a simpler equal node.  They
+are local and exact, except the documented identities x*0 = 0, x-x = 0, 0/x = 0
+(as in SymPy and CasADi) and c1*(c2*x) = (c1*c2)*x (which may round differently
+in the last bit; it keeps repeated derivatives such as 6*x readable).  The
+``where`` rules keep conditional zeros as nodes (CasADi's trick) so a nan in an
+untaken branch never reaches a gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from numbers import Real
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr import ops, printing
+from symgrad.expr.node import Expr, intern
+
+_VAR, _CONST = ops.OPS["var"], ops.OPS["const"]
+
+
+def Var(name: str) -> Expr:
+    """The variable called ``name``; the same name always gives the same node.
+
+    >>> import symgrad as sg
+    >>> sg.Var("x") is sg.Var("x")
+    True
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a variable name must be a non-empty str, got {type(name).__name__} {name!r}")
+    return intern(_VAR, (), name)
+
+
+def const(value: Any) -> Expr:
+    """The constant node for a real number (kept exactly: 0.0 and -0.0 differ).
+
+    >>> import symgrad as sg
+    >>> sg.const(2.5) + 1
+    3.5
+    """
+    if isinstance(value, Expr):
+        if value.op is _CONST:
+            return value
+        raise TypeError(f"const() needs a number, got the expression {value}")
+    if isinstance(value, (str, bytes)) or not isinstance(value, Real):
+        kind = "complex numbers are not supported as constants" if isinstance(value, complex) else \
+            f"expected a real number, got {type(value).__name__} {value!r}"
+        raise TypeError(f"const(): {kind}")
+    return intern(_CONST, (), float(value))
+
+
+def symbols(names: str) -> Any:
+    """Variables from a string of names separated by spaces or commas.
+
+    Like SymPy: one name gives a variable, several give a tuple.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> x * y
+    x*y
+    """
+    parts = names.replace(",", " ").split() if isinstance(names, str) else None
+    if not parts:
+        raise ValueError(f"symbols() needs a string of variable names, got {names!r}")
+    out = tuple(Var(n) for n in parts)
+    return out[0] if len(out) == 1 else out
+
+
+def vector(name: str, n: int) -> np.ndarray:
+    """A NumPy object array of ``n`` variables named ``name[0]`` ... ``name[n-1]``.
+
+    >>> import symgrad as sg
+    >>> v = sg.vector("v", 3)
+    >>> v.sum()
+    v[0] + v[1] + v[2]
+    """
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"vector(): n must be a non-negative int, got {n!r}")
+    out = np.empty(int(n), dtype=object)
+    for i in range(int(n)):
+        out[i] = Var(f"{name}[{i}]")
+    return out
+
+
+def _as_expr(value: Any, op: ops.Op) -> Expr:
+    if type(value) is float:
+        return intern(_CONST, (), value)
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, Real | np.bool_):
+        return intern(_CONST, (), float(value))
+    hint = f": use sg.Var({value!r}) for a variable" if isinstance(value, str) else ""
+    raise TypeError(f"{op.name}(): expected an expression or a real number, got "
+                    f"{type(value).__name__} {value!r}{hint}")
+
+
+def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
+    """Build the node ``op(*args)``: fold constants, apply local rules, intern.
+
+    >>> import symgrad as sg
+    >>> from symgrad.expr import ops, printing
+    >>> x = sg.Var("x")
+    >>> apply(ops.mul, (x, 1))
+    x
+    """
+    if op.arity == 0:
+        return Var(payload) if op is _VAR else const(payload)
+    if len(args) != op.arity:
+        raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
+    args = tuple(a if type(a) is Expr else _as_expr(a, op) for a in args)
+    special = n_const = 0
+    for a in args:
+        if a.op in _LOOKED_AT:
+            special = 1
+            n_const += a.op is _CONST
+    if n_const == len(args):
+        with np.errstate(all="ignore"):
+            return const(op.impl(*(np.float64(a.payload) for a in args)))
+    if op.commutative and args[1].order_key < args[0].order_key:
+        args = (args[1], args[0])
+    if special or (len(args) > 1 and args[-2] is args[-1]):
+        for rule in RULES.get(op.name, ()):
+            out = rule(*args)
+            if out is not None:
+                return out
+    return intern(op, args)
+
+
+_RANK = {"const": 0, "var": 1, "mul": 2, "div": 2, "pow": 2, "neg": 2, "add": 4, "sub": 4}
+
+
+def order_key(op: ops.Op, payload: Any, shash: int) -> tuple:
+    """Canonical order of commutative arguments: stable across processes and readable."""
+    return (_RANK.get(op.name, 3), payload if op is _VAR else "", shash)
+
+
+# ---- local rewrite rules ---------------------------------------------------------------------
+
+def _is(e: Expr, v: float) -> bool:
+    return e.op is _CONST and e.payload == v
+
+
+def _neg_const(e: Expr) -> bool:
+    return e.op is _CONST and e.payload < 0
+
+
+def _of(e: Expr, name: str) -> bool:
+    return e.op.name == name
+
+
+def _zero_where(e: Expr) -> int | None:
+    """For where(c, p, 0) -> 1, where(c, 0, q) -> 2, else None: the live branch."""
+    if e.op.name == "where":
+        if _is(e.args[2], 0.0):
+            return 1
+        if _is(e.args[1], 0.0):
+            return 2
+    return None
+
+
+def _push_into_where(w: Expr, f: Callable[[Expr], Expr]) -> Expr | None:
+    """f(where(c, p, 0)) -> where(c, f(p), 0): the masked value is never formed."""
+    side = _zero_where(w)
+    if side is None:
+        return None
+    branches = [w.args[1], w.args[2]]
+    branches[side - 1] = f(branches[side - 1])
+    return ops.where(w.args[0], *branches)
+
+
+def _merge_wheres(op: ops.Op) -> Callable:
+    """where(c, p, 0) op where(c, 0, q) -> where(c, p op 0, 0 op q) when it adds no node."""
+    def rule(a: Expr, b: Expr) -> Expr | None:
+        if _zero_where(a) and _zero_where(b) and a.args[0] is b.args[0]:
+            return ops.where(a.args[0], op(a.args[1], b.args[1]), op(a.args[2], b.args[2]))
+        return None
+    return rule
+
+
+def _mul_where(a: Expr, b: Expr) -> Expr | None:
+    out = _push_into_where(b, lambda p: a * p)
+    return out if out is not None else _push_into_where(a, lambda p: p * b)
+
+
+# The rules only fire when an argument is one of these ops, or two arguments are one node;
+# a rule that looks at another kind of argument must add its op here.
+_LOOKED_AT = {_CONST, ops.neg, ops.sub, ops.where, ops.stop_gradient}
+
+RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
+    "add": (
+        lambda a, b: b if _is(a, 0.0) else None,
+        lambda a, b: 2.0 * a if a is b else None,
+        lambda a, b: ops.sub(b, -a.payload) if _neg_const(a) else None,
+        lambda a, b: ops.sub(a, b.args[0]) if _of(b, "neg") else None,
+        lambda a, b: ops.sub(b, a.args[0]) if _of(a, "neg") else None,
+        _merge_wheres(ops.add),
+    ),
+    "sub": (
+        lambda a, b: a if _is(b, 0.0) else None,
+        lambda a, b: ops.neg(b) if _is(a, 0.0) else None,
+        lambda a, b: intern(_CONST, (), 0.0) if a is b else None,
+        lambda a, b: ops.add(a, -b.payload) if _neg_const(b) else None,
+        lambda a, b: ops.add(a, b.args[0]) if _of(b, "neg") else None,
+        _merge_wheres(ops.sub),
+    ),
+    "mul": (
+        lambda a, b: a if _is(a, 0.0) else None,
+        lambda a, b: b if _is(a, 1.0) else None,
+        lambda a, b: ops.neg(b) if _is(a, -1.0) else None,
+        lambda a, b: (a.payload * b.args[0].payload) * b.args[1]
+        if a.op is _CONST and _of(b, "mul") and b.args[0].op is _CONST else None,
+        lambda a, b: ops.neg(a.args[0] * b) if _of(a, "neg") else None,
+        lambda a, b: ops.neg(a * b.args[0]) if _of(b, "neg") else None,
+        _mul_where,
+    ),
+    "div": (
+        lambda a, b: a if _is(b, 1.0) else None,
+        lambda a, b: a if _is(a, 0.0) else None,
+        lambda a, b: ops.neg(a.args[0] / b) if _of(a, "neg") else None,
+        lambda a, b: ops.neg(a / b.args[0]) if _of(b, "neg") else None,
+    ),
+    "neg": (
+        lambda a: a.args[0] if _of(a, "neg") else None,
+        lambda a: ops.sub(a.args[1], a.args[0]) if _of(a, "sub") else None,
+        lambda a: _push_into_where(a, ops.neg),
+    ),
+    "pow": (
+        lambda a, b: a if _is(b, 1.0) else None,
+        lambda a, b: intern(_CONST, (), 1.0) if _is(b, 0.0) or _is(a, 1.0) else None,
+    ),
+    "where": (
+        lambda c, a, b: a if a is b else None,
+        lambda c, a, b: (a if c.payload != 0 else b) if c.op is _CONST else None,
+        lambda c, a, b: ops.where(c, a.args[1], b) if _of(a, "where") and a.args[0] is c else None,
+        lambda c, a, b: ops.where(c, a, b.args[2]) if _of(b, "where") and b.args[0] is c else None,
+    ),
+    "stop_gradient": (lambda a: a if _of(a, "stop_gradient") else None,),
+}
+
+
+# ---- public functions, operators and methods, all generated from the op table -------------------
+
+def _lift(op: ops.Op) -> Callable:
+    """The public function for ``op``: numbers and expressions, or arrays elementwise."""
+    elementwise = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
+
+    def fn(*args: Any) -> Any:
+        if len(args) != op.arity:
+            raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
+        if any(isinstance(a, (np.ndarray, list, tuple)) for a in args):
+            return elementwise(*(np.asarray(a, dtype=object) if isinstance(a, (list, tuple)) else a
+                                 for a in args))
+        return apply(op, args)
+
+    names = ("c", "x", "y") if op.arity == 3 else ("x", "y")[: op.arity]
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = (f"{op.doc or 'Elementwise ' + op.name}: an expression, a number, or an object "
+                  f"array elementwise.\n\n    >>> import symgrad as sg\n    >>> c, x, y = sg.symbols('c x y')"
+                  f"\n    >>> sg.{op.name}({', '.join(names)})\n    {printing.to_str(apply(op, tuple(map(Var, names))))}\n")
+    return fn
+
+
+FUNCS: dict[str, Callable] = {name: _lift(op) for name, op in ops.OPS.items() if op.arity > 0}
+UFUNCS = {op.ufunc: FUNCS[name] for name, op in ops.OPS.items() if op.ufunc is not None}
+
+
+def _operator(name: str, reflected: bool = False) -> Callable:
+    op = ops.OPS[name]
+
+    def method(self: Expr, other: Any) -> Any:
+        if not isinstance(other, Expr | Real):
+            return NotImplemented
+        return apply(op, (other, self) if reflected else (self, other))
+    return method
+
+
+for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow": "pow"}.items():
+    setattr(Expr, f"__{_name}__", _operator(_opname))
+    setattr(Expr, f"__r{_name}__", _operator(_opname, reflected=True))
+for _name in ("lt", "le", "gt", "ge"):
+    setattr(Expr, f"__{_name}__", _operator(_name))
+Expr.__neg__ = lambda self: apply(ops.neg, (self,))
+Expr.__pos__ = lambda self: self
+for _name, _op in ops.OPS.items():
+    for _method in (_name, *_op.aliases) if _op.arity else ():
+        setattr(Expr, _method, lambda self, *rest, _op=_op: apply(_op, (self, *rest)))

@@ -1,0 +1,179 @@
+"""Derivatives as expression graphs: reverse mode (grad, jacobian, hessian) and forward mode (jvp).
+
+Reverse mode visits each node of an output's graph once, in reverse topological
+order, and adds ``adjoint * partial`` into each argument's adjoint: O(nodes + edges)
+work, and a gradient graph a small constant times the function's size.  The
+partials come from the op table; hash-consing shares every node it can.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr import ops
+from symgrad.expr.build import _as_expr, const
+from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.traverse import _like, as_expr_list, topo_order
+
+_ZERO = const(0.0)
+_ONE = const(1.0)
+
+
+def _check_wrt(wrt: Any) -> list[Expr]:
+    flat = [wrt] if isinstance(wrt, Expr) else list(np.asarray(wrt, dtype=object).ravel())
+    seen: set[Expr] = set()
+    for v in flat:
+        if isinstance(v, str):
+            raise TypeError(f"wrt: got the string {v!r} where a variable is expected; use sg.Var({v!r})")
+        if not isinstance(v, Expr) or v.op.name != "var":
+            raise TypeError(f"wrt: differentiate with respect to variables only, got {v!r}")
+        if v in seen:
+            raise ValueError(f"wrt lists the variable {v.payload!r} more than once")
+        seen.add(v)
+    return flat
+
+
+def _active(order: list[Expr], wrt: list[Expr]) -> set[Expr]:
+    """Nodes that depend on some variable of ``wrt`` (the only ones with nonzero derivatives)."""
+    active = set(wrt)
+    for node in order:
+        if any(a in active for a in node.args):
+            active.add(node)
+    return active
+
+
+def _partial(node: Expr, i: int) -> Expr | None:
+    """d node / d node.args[i] from the op table; None when it is identically zero."""
+    rule = node.op.partials[i]
+    if rule is None:
+        return None
+    p = _as_expr(rule(*node.args, node), node.op)
+    return None if p is _ZERO else p
+
+
+@paused_gc()
+def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
+    """Rows d outputs[k] / d wrt[j], one reverse sweep per output."""
+    active = _active(topo_order(outputs), wrt)
+    rows = []
+    for out in outputs:
+        adj: dict[Expr, Expr] = {out: _ONE} if out in active else {}
+        for node in reversed(topo_order([out]) if adj else []):
+            g = adj.get(node) if node.op.name == "var" else adj.pop(node, None)
+            if g is None:
+                continue
+            for i, arg in enumerate(node.args):
+                if arg not in active:
+                    continue
+                p = _partial(node, i)
+                if p is not None:
+                    contrib = g if p is _ONE else g * p
+                    prev = adj.get(arg)
+                    adj[arg] = contrib if prev is None else prev + contrib
+        rows.append([adj.get(v, _ZERO) for v in wrt])
+    return rows
+
+
+def _scalar(f: Any, who: str) -> Expr:
+    if isinstance(f, np.ndarray) and f.size == 1:
+        f = f.reshape(())[()]
+    if isinstance(f, np.ndarray | list | tuple):
+        raise TypeError(f"{who}: expected one scalar expression, got a {type(f).__name__}; use sg.jacobian")
+    return _as_expr(f, ops.OPS["var"])
+
+
+def diff(f: Any, x: Expr, n: int = 1) -> Expr:
+    """The derivative of ``f`` with respect to the variable ``x`` (``n`` times).
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> sg.diff(x * y + sg.sin(x), x)
+    y + cos(x)
+    >>> sg.diff(x ** 3, x, 2)
+    6*x
+    """
+    _check_wrt([x])
+    f = _scalar(f, "diff")
+    for _ in range(n):
+        f = _reverse([f], [x])[0][0]
+    return f
+
+
+def grad(f: Any, wrt: Any) -> Any:
+    """The gradient of a scalar ``f``: a list in ``wrt`` order (an array if ``wrt`` is one).
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> sg.grad(x * y + sg.sin(x), [x, y])
+    [y + cos(x), x]
+    """
+    flat = _check_wrt(wrt)
+    row = _reverse([_scalar(f, "grad")], flat)[0]
+    return _like(wrt if not isinstance(wrt, Expr) else [wrt], row)
+
+
+def _matrix(rows: list[list[Expr]], shape: tuple) -> np.ndarray:
+    out = np.empty((len(rows), len(rows[0]) if rows else 0), dtype=object)
+    for i, row in enumerate(rows):
+        out[i, :] = row
+    return out.reshape(shape)
+
+
+def jacobian(fs: Any, wrt: Any) -> np.ndarray:
+    """The Jacobian d fs[i] / d wrt[j] as an object array of shape ``fs.shape + wrt.shape``.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> sg.jacobian([x * y, x + y], [x, y])
+    array([[y, x],
+           [1, 1]], dtype=object)
+    """
+    flat = _check_wrt(wrt)
+    outs = as_expr_list(fs)
+    return _matrix(_reverse(outs, flat), np.shape(np.asarray(fs, dtype=object)) + np.shape(
+        np.asarray(wrt, dtype=object)))
+
+
+def hessian(f: Any, wrt: Any) -> np.ndarray:
+    """The Hessian of a scalar ``f``: an n-by-n object array.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> sg.hessian(x ** 2 * y, [x, y])
+    array([[2*y, 2*x],
+           [2*x, 0]], dtype=object)
+    """
+    flat = _check_wrt(wrt)
+    g = _reverse([_scalar(f, "hessian")], flat)[0]
+    return _matrix(_reverse(g, flat), (len(flat), len(flat)))
+
+
+@paused_gc()
+def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
+    """Forward mode: the directional derivatives sum_j d fs / d wrt[j] * tangents[j].
+
+    Returns one expression for one ``fs``, else a list (or array) like ``fs``.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> sg.jvp(x * y, [x, y], [1, 0])
+    y
+    """
+    flat = _check_wrt(wrt)
+    tans = as_expr_list(tangents)
+    if len(tans) != len(flat):
+        raise ValueError(f"jvp: {len(flat)} variables but {len(tans)} tangents")
+    outs = as_expr_list(fs)
+    tangent: dict[Expr, Expr] = {v: t for v, t in zip(flat, tans) if t is not _ZERO}
+    for node in topo_order(outs):
+        total = None
+        for i, arg in enumerate(node.args):
+            t = tangent.get(arg)
+            p = _partial(node, i) if t is not None else None
+            if p is not None:
+                total = p * t if total is None else total + p * t
+        if total is not None:
+            tangent[node] = total
+    return _like(fs, [tangent.get(o, _ZERO) for o in outs])

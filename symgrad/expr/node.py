@@ -1,0 +1,211 @@
+"""Expression nodes: one immutable, hash-consed class for every op.
+
+Equal structure means the same object, so identity is equality and ``hash`` is
+O(1).  Nodes live in a weak intern table: a graph nobody references is freed.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import struct
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from numbers import Real
+from typing import Any
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(h: int, v: int) -> int:
+    """One round of a 64-bit multiply-xorshift mix (stable across processes)."""
+    h = ((h ^ v) * 0x9E3779B97F4A7C15) & _MASK
+    return h ^ (h >> 29)
+
+
+_bits = struct.Struct("<q")
+_pack = struct.Struct("<d").pack
+
+
+def float_bits(v: float) -> int:
+    """The IEEE-754 bits of ``v``: keys constants so 0.0 and -0.0 differ and NaN equals itself."""
+    return _bits.unpack(_pack(v))[0]
+
+
+def const_key(v: float) -> Any:
+    """The intern key of a constant: the float itself, or its bits for zeros and NaN."""
+    return v if v == v and v != 0.0 else float_bits(v)
+
+
+class Expr:
+    """A node of the expression DAG; build it with operators and ``sg.*`` functions.
+
+    Nodes are never constructed directly: ``sg.Var``, ``sg.const`` and the op
+    functions return the unique node for a given structure.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> (x * y) is (y * x)
+    True
+    """
+
+    __slots__ = ("op", "args", "payload", "shash", "order_key", "__weakref__")
+    # Let Expr's reflected operators win over NumPy scalars (np.float64(2) * x).
+    __array_priority__ = 1000
+
+    op: Any
+    args: tuple[Expr, ...]
+    payload: Any
+    shash: int
+    order_key: tuple  # canonical order of commutative arguments (see build.order_key)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("symgrad expressions are immutable")
+
+    def __reduce__(self):  # flat (no recursion), and rebuilt through the intern table
+        return (_unpickle, traverse.to_flat(self))
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        """Structural identity; with a number, whether this is that constant."""
+        if isinstance(other, Expr):
+            return self is other
+        if isinstance(other, Real):
+            return self.op.name == "const" and self.payload == float(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"the truth value of the symbolic expression {self.op.name}(...) is unknown "
+            "until it is evaluated; use sg.where(cond, a, b) (or sg.maximum / sg.minimum / "
+            "sg.abs) instead of a Python if / and / or / max"
+        )
+
+    def __float__(self) -> float:
+        if self.op.name == "const":
+            return self.payload
+        raise TypeError(f"cannot convert the symbolic expression {self} to float; use sg.evaluate")
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return printing.to_str(self)
+
+    @property
+    def name(self) -> str:
+        """The name of a variable (``Var`` nodes only)."""
+        if self.op.name != "var":
+            raise AttributeError(f"only variables have a name, not {self.op.name} nodes")
+        return self.payload
+
+    @property
+    def value(self) -> float:
+        """The value of a constant (``Const`` nodes only)."""
+        if self.op.name != "const":
+            raise AttributeError(f"only constants have a value, not {self.op.name} nodes")
+        return self.payload
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        fn = build.UFUNCS.get(ufunc)
+        if fn is None or method != "__call__" or kwargs:
+            return NotImplemented
+        return fn(*inputs)
+
+
+# key -> weak reference; a reference's callback drops its key when the node dies.
+_table: dict[tuple, weakref.ref] = {}
+_lock = threading.Lock()
+_new = object.__new__
+_set = object.__setattr__
+
+
+def intern(op: Any, args: tuple[Expr, ...], payload: Any = None) -> Expr:
+    """Return the unique node ``(op, payload, args)``, creating it if needed.
+
+    This is the raw constructor: no simplification, no argument checks.
+    """
+    key = (op, const_key(payload) if op.arity == 0 and op.name == "const" else payload, args)
+    ref = _table.get(key)
+    node = ref() if ref is not None else None
+    if node is not None:
+        return node
+    h = ((op.code + 1) * 0x9E3779B97F4A7C15 ^ _payload_hash(op.name, payload)) & _MASK
+    for a in args:
+        h = _mix(h, a.shash)
+    with _lock:
+        ref = _table.get(key)
+        node = ref() if ref is not None else None
+        if node is None:
+            node = _new(Expr)
+            _set(node, "op", op)
+            _set(node, "args", args)
+            _set(node, "payload", payload)
+            _set(node, "shash", h)
+            _set(node, "order_key", build.order_key(op, payload, h))
+            ref = _KeyedRef(node, _drop)
+            ref.key = key
+            _table[key] = ref
+    return node
+
+
+class _KeyedRef(weakref.ref):
+    __slots__ = ("key",)
+
+
+def _drop(ref: _KeyedRef) -> None:
+    # A node for this key may have been made again before the old one's callback ran.
+    if _table.get(ref.key) is ref:
+        del _table[ref.key]
+
+
+def _payload_hash(kind: str, payload: Any) -> int:
+    if payload is None:
+        return 0
+    if kind == "const":
+        return float_bits(payload) & _MASK
+    return int.from_bytes(hashlib.blake2b(payload.encode(), digest_size=8).digest(), "little")
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic GC while a bulk walk builds many nodes.
+
+    Nodes never form cycles (arguments exist before their users) and are freed
+    by reference counting, but each one is a GC-tracked object, and the collector's
+    passes over millions of them cost several times the building itself.
+
+    >>> with paused_gc():
+    ...     pass
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def table_size() -> int:
+    """How many live nodes the intern table holds (for tests and diagnostics).
+
+    >>> table_size() >= 0
+    True
+    """
+    return len(_table)
+
+
+def _unpickle(nodes: list, outputs: list) -> Expr:
+    return traverse.from_flat(nodes, outputs)[0]
+
+
+# Late imports: these modules build on Expr, and Expr's methods call back into them.
+from symgrad.expr import build, printing, traverse  # noqa: E402

@@ -1,0 +1,218 @@
+"""THE op table: one row per op, the single source of truth for every layer.
+
+A row holds the reference implementation (NumPy, which also folds constants),
+the Numba source template, the partial derivatives, and the printing forms.
+Partials are written in terms of the arguments and of the node itself (``o``):
+d exp(a) = o, d sqrt(a) = 0.5 / o, so gradients reuse the forward values.
+``None`` as a partial means "identically zero": reverse mode skips that edge.
+
+Kinks follow one convention (docs/architecture.md): d|a| at 0 is 0, relu'(0) = 0,
+d max(a, b) splits 1/2 : 1/2 at a == b, and floor, ceil, sign, comparisons and
+stop_gradient have derivative 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sympy
+
+# Precedences for printing: an argument binds looser than its slot asks -> parentheses.
+CMP, ADD, MUL, NEG, POW, ATOM = 5, 10, 20, 25, 30, 100
+
+
+@dataclass(eq=False, frozen=True)
+class Op:
+    """One row of the op table."""
+
+    name: str
+    arity: int
+    impl: Callable | None  # NumPy reference implementation
+    numba: str | None  # Numba expression template over "{0}", "{1}", ...
+    partials: tuple[Callable | None, ...] = ()
+    prec: int = ATOM
+    template: tuple | None = None  # infix printing: strings and (arg, min precedence)
+    latex: tuple | None = None  # same form, for LaTeX; None: \operatorname{name}(...)
+    to_sympy: Callable | None = None
+    commutative: bool = False
+    branch: Callable | None = None  # kink ops: arg values -> which smooth piece
+    aliases: tuple[str, ...] = ()  # NumPy method names that reach this op
+    ufunc: Any = None  # the NumPy ufunc that maps onto this op
+    doc: str = ""
+    code: int = field(default=-1)
+
+    def __call__(self, *args: Any) -> Any:
+        return build.apply(self, args)
+
+    def __repr__(self) -> str:
+        return f"<op {self.name}>"
+
+
+OPS: dict[str, Op] = {}
+
+
+def _row(name: str, arity: int, impl, numba, d=(), **kw) -> Op:
+    op = Op(name, arity, impl, numba, tuple(d), code=len(OPS), **kw)
+    OPS[name] = op
+    return op
+
+
+def _infix(sym: str, prec: int, left: int, right: int, latex: str | None = None) -> dict:
+    return dict(
+        prec=prec,
+        template=((0, left), sym, (1, right)),
+        latex=((0, left), latex if latex is not None else sym, (1, right)),
+    )
+
+
+def _func(a, sym):  # LaTeX for a named function of one argument
+    return (sym + r"\left(", (0, 0), r"\right)")
+
+
+def _erf(a):
+    if np.iscomplexobj(a):
+        raise TypeError("erf: complex arguments are not supported by the interpreter")
+    return np.float64(math.erf(a)) if np.ndim(a) == 0 else np.vectorize(math.erf, otypes=[float])(a)
+
+
+def _cmp(ufunc):
+    return lambda a, b: ufunc(a, b) * 1.0
+
+
+def _sign_branch(a):
+    return np.sign(a)
+
+
+class _SympyStopGradient(sympy.Function):
+    """stop_gradient inside SymPy: the identity, with derivative 0."""
+
+    def fdiff(self, argindex=1):
+        return sympy.S.Zero
+
+    def _eval_evalf(self, prec):
+        return self.args[0].evalf(prec)
+
+
+def _sympy_cmp(rel):
+    return lambda a, b: sympy.Piecewise((1, rel(a, b)), (0, True))
+
+
+# fmt: off
+# ---- leaves -------------------------------------------------------------------------
+var = _row("var", 0, None, None)
+const = _row("const", 0, None, None)
+
+# ---- arithmetic -----------------------------------------------------------------------
+add = _row("add", 2, np.add, "{0} + {1}", (lambda a, b, o: 1.0, lambda a, b, o: 1.0),
+           commutative=True, ufunc=np.add, to_sympy=lambda a, b: a + b, **_infix(" + ", ADD, ADD, ADD))
+sub = _row("sub", 2, np.subtract, "{0} - {1}", (lambda a, b, o: 1.0, lambda a, b, o: -1.0),
+           ufunc=np.subtract, to_sympy=lambda a, b: a - b, **_infix(" - ", ADD, ADD, ADD + 1))
+mul = _row("mul", 2, np.multiply, "{0} * {1}", (lambda a, b, o: b, lambda a, b, o: a),
+           commutative=True, ufunc=np.multiply, to_sympy=lambda a, b: a * b,
+           **_infix("*", MUL, MUL, MUL, r" \cdot "))
+div = _row("div", 2, np.divide, "{0} / {1}", (lambda a, b, o: 1.0 / b, lambda a, b, o: -o / b),
+           ufunc=np.divide, to_sympy=lambda a, b: a / b, prec=MUL, template=((0, MUL), "/", (1, MUL + 1)),
+           latex=(r"\frac{", (0, 0), "}{", (1, 0), "}"))
+neg = _row("neg", 1, np.negative, "-{0}", (lambda a, o: -1.0,), ufunc=np.negative,
+           to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)))
+pow = _row("pow", 2, np.power, "{0} ** {1}",
+           (lambda a, b, o: b * a ** (b - 1.0), lambda a, b, o: o * log(a)),
+           ufunc=np.power, to_sympy=lambda a, b: a ** b, prec=POW, template=((0, POW + 1), "**", (1, POW)),
+           latex=((0, POW + 1), "^{", (1, 0), "}"))
+
+# ---- elementary functions -----------------------------------------------------------------
+exp = _row("exp", 1, np.exp, "math.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy=sympy.exp,
+           latex=(r"e^{", (0, 0), "}"))
+log = _row("log", 1, np.log, "math.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy=sympy.log,
+           latex=_func(0, r"\log"))
+log1p = _row("log1p", 1, np.log1p, "math.log1p({0})", (lambda a, o: 1.0 / (a + 1.0),), ufunc=np.log1p,
+             to_sympy=lambda a: sympy.log(1 + a))
+expm1 = _row("expm1", 1, np.expm1, "math.expm1({0})", (lambda a, o: o + 1.0,), ufunc=np.expm1,
+             to_sympy=lambda a: sympy.exp(a) - 1)
+sqrt = _row("sqrt", 1, np.sqrt, "math.sqrt({0})", (lambda a, o: 0.5 / o,), ufunc=np.sqrt,
+            to_sympy=sympy.sqrt, latex=(r"\sqrt{", (0, 0), "}"))
+sin = _row("sin", 1, np.sin, "math.sin({0})", (lambda a, o: cos(a),), ufunc=np.sin, to_sympy=sympy.sin,
+           latex=_func(0, r"\sin"))
+cos = _row("cos", 1, np.cos, "math.cos({0})", (lambda a, o: -sin(a),), ufunc=np.cos, to_sympy=sympy.cos,
+           latex=_func(0, r"\cos"))
+tan = _row("tan", 1, np.tan, "math.tan({0})", (lambda a, o: o * o + 1.0,), ufunc=np.tan, to_sympy=sympy.tan,
+           latex=_func(0, r"\tan"))
+asin = _row("asin", 1, np.arcsin, "math.asin({0})", (lambda a, o: 1.0 / sqrt(1.0 - a * a),),
+            ufunc=np.arcsin, aliases=("arcsin",), to_sympy=sympy.asin, latex=_func(0, r"\arcsin"))
+acos = _row("acos", 1, np.arccos, "math.acos({0})", (lambda a, o: -1.0 / sqrt(1.0 - a * a),),
+            ufunc=np.arccos, aliases=("arccos",), to_sympy=sympy.acos, latex=_func(0, r"\arccos"))
+atan = _row("atan", 1, np.arctan, "math.atan({0})", (lambda a, o: 1.0 / (a * a + 1.0),),
+            ufunc=np.arctan, aliases=("arctan",), to_sympy=sympy.atan, latex=_func(0, r"\arctan"))
+atan2 = _row("atan2", 2, np.arctan2, "math.atan2({0}, {1})",
+             (lambda a, b, o: b / (a * a + b * b), lambda a, b, o: -a / (a * a + b * b)),
+             ufunc=np.arctan2, aliases=("arctan2",), to_sympy=sympy.atan2)
+sinh = _row("sinh", 1, np.sinh, "math.sinh({0})", (lambda a, o: cosh(a),), ufunc=np.sinh,
+            to_sympy=sympy.sinh, latex=_func(0, r"\sinh"))
+cosh = _row("cosh", 1, np.cosh, "math.cosh({0})", (lambda a, o: sinh(a),), ufunc=np.cosh,
+            to_sympy=sympy.cosh, latex=_func(0, r"\cosh"))
+tanh = _row("tanh", 1, np.tanh, "math.tanh({0})", (lambda a, o: 1.0 - o * o,), ufunc=np.tanh,
+            to_sympy=sympy.tanh, latex=_func(0, r"\tanh"))
+asinh = _row("asinh", 1, np.arcsinh, "math.asinh({0})", (lambda a, o: 1.0 / sqrt(a * a + 1.0),),
+             ufunc=np.arcsinh, aliases=("arcsinh",), to_sympy=sympy.asinh)
+acosh = _row("acosh", 1, np.arccosh, "math.acosh({0})", (lambda a, o: 1.0 / sqrt(a * a - 1.0),),
+             ufunc=np.arccosh, aliases=("arccosh",), to_sympy=sympy.acosh)
+atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0 - a * a),),
+             ufunc=np.arctanh, aliases=("arctanh",), to_sympy=sympy.atanh)
+hypot = _row("hypot", 2, np.hypot, "math.hypot({0}, {1})", (lambda a, b, o: a / o, lambda a, b, o: b / o),
+             commutative=True, ufunc=np.hypot, to_sympy=lambda a, b: sympy.sqrt(a * a + b * b))
+erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
+           to_sympy=sympy.erf, latex=_func(0, r"\operatorname{erf}"))
+sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + math.exp(-{0}))",
+               (lambda a, o: o * (1.0 - o),), to_sympy=lambda a: 1 / (1 + sympy.exp(-a)),
+               latex=_func(0, r"\sigma"))
+softplus = _row("softplus", 1, lambda a: np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a))),
+                "max({0}, 0.0) + math.log1p(math.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
+                to_sympy=lambda a: sympy.log(1 + sympy.exp(a)))
+
+# ---- kinks and steps (derivatives by the documented convention) --------------------------------
+abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
+           aliases=("__abs__",), to_sympy=sympy.Abs, branch=_sign_branch, latex=(r"\left|", (0, 0), r"\right|"))
+sign = _row("sign", 1, np.sign, "np.sign({0})", (None,), ufunc=np.sign, to_sympy=sympy.sign,
+            branch=_sign_branch)
+floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, aliases=("__floor__",),
+             to_sympy=sympy.floor, branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
+ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
+            to_sympy=sympy.ceiling, branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"))
+minimum = _row("minimum", 2, np.minimum, "np.minimum({0}, {1})",
+               (lambda a, b, o: 0.5 - 0.5 * sign(a - b), lambda a, b, o: 0.5 + 0.5 * sign(a - b)),
+               commutative=True, ufunc=np.minimum, to_sympy=sympy.Min,
+               branch=lambda a, b: np.sign(a - b), latex=_func(0, r"\min"))
+maximum = _row("maximum", 2, np.maximum, "np.maximum({0}, {1})",
+               (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
+               commutative=True, ufunc=np.maximum, to_sympy=sympy.Max,
+               branch=lambda a, b: np.sign(a - b), latex=_func(0, r"\max"))
+relu = _row("relu", 1, lambda a: np.maximum(a, 0.0), "np.maximum({0}, 0.0)", (lambda a, o: gt(a, 0.0),),
+            to_sympy=lambda a: sympy.Max(a, 0), branch=_sign_branch)
+
+# ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
+lt = _row("lt", 2, _cmp(np.less), "float({0} < {1})", (None, None), to_sympy=_sympy_cmp(sympy.Lt),
+          branch=_cmp(np.less), **_infix(" < ", CMP, CMP + 1, CMP + 1))
+le = _row("le", 2, _cmp(np.less_equal), "float({0} <= {1})", (None, None), to_sympy=_sympy_cmp(sympy.Le),
+          branch=_cmp(np.less_equal), **_infix(" <= ", CMP, CMP + 1, CMP + 1, r" \leq "))
+gt = _row("gt", 2, _cmp(np.greater), "float({0} > {1})", (None, None), to_sympy=_sympy_cmp(sympy.Gt),
+          branch=_cmp(np.greater), **_infix(" > ", CMP, CMP + 1, CMP + 1))
+ge = _row("ge", 2, _cmp(np.greater_equal), "float({0} >= {1})", (None, None),
+          to_sympy=_sympy_cmp(sympy.Ge), branch=_cmp(np.greater_equal),
+          **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "))
+eq = _row("eq", 2, _cmp(np.equal), "float({0} == {1})", (None, None), commutative=True,
+          to_sympy=_sympy_cmp(sympy.Eq), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0")
+ne = _row("ne", 2, _cmp(np.not_equal), "float({0} != {1})", (None, None), commutative=True,
+          to_sympy=_sympy_cmp(sympy.Ne), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0")
+where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
+             (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
+             to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
+             branch=lambda c, a, b: c != 0)
+stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy=_SympyStopGradient)
+# fmt: on
+
+# Late import: rows are callable (they build nodes), and build needs the rows.
+from symgrad.expr import build  # noqa: E402

@@ -1,0 +1,158 @@
+"""To and from SymPy, for heavy simplification, comparison and pretty output.
+
+Both directions walk iteratively; variables become real SymPy symbols.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import sympy
+from sympy.functions.elementary.piecewise import ExprCondPair
+
+from symgrad.expr import ops
+from symgrad.expr.build import Var, apply, const
+from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.traverse import _like, as_expr_list, topo_order
+
+
+def _sympy_const(v: float) -> sympy.Expr:
+    if math.isnan(v):
+        return sympy.nan
+    if math.isinf(v):
+        return sympy.oo if v > 0 else -sympy.oo
+    return sympy.Integer(int(v)) if v.is_integer() and abs(v) < 1e16 else sympy.Float(v)
+
+
+def to_sympy(exprs: Any) -> Any:
+    """Convert expressions to SymPy (one, or a list / array like the input).
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> sg.to_sympy(x * y + sg.sin(x))
+    x*y + sin(x)
+    """
+    roots = as_expr_list(exprs)
+    done: dict[Expr, Any] = {}
+    for node in topo_order(roots):
+        if node.op.name == "var":
+            done[node] = sympy.Symbol(node.payload, real=True)
+        elif node.op.name == "const":
+            done[node] = _sympy_const(node.payload)
+        else:
+            done[node] = node.op.to_sympy(*(done[a] for a in node.args))
+    return _like(exprs, [done[r] for r in roots])
+
+
+def _fold(op: ops.Op):
+    def build(*args: Expr) -> Expr:
+        out = args[0]
+        for a in args[1:]:
+            out = apply(op, (out, a))
+        return out
+    return build
+
+
+def _pow(base: Expr, ex: Expr) -> Expr:
+    if ex is const(0.5):
+        return ops.sqrt(base)
+    if ex is const(-1.0):
+        return 1.0 / base
+    return base**ex
+
+
+def _piecewise(*pairs: tuple) -> Expr:
+    out = const(0.0) if pairs[-1][1] is not const(1.0) else pairs[-1][0]
+    body = pairs if pairs[-1][1] is not const(1.0) else pairs[:-1]
+    for value, cond in reversed(body):
+        out = ops.where(cond, value, out)
+    return out
+
+
+def _log(x: Expr, base: Expr | None = None) -> Expr:
+    return ops.log(x) if base is None else ops.log(x) / ops.log(base)
+
+
+_FROM: dict[type, Any] = {
+    sympy.Add: _fold(ops.add),
+    sympy.Mul: _fold(ops.mul),
+    sympy.Pow: _pow,
+    sympy.log: _log,
+    sympy.Max: _fold(ops.maximum),
+    sympy.Min: _fold(ops.minimum),
+    sympy.Piecewise: _piecewise,
+    ExprCondPair: lambda value, cond: (value, cond),
+    sympy.Heaviside: lambda x, *h0: 0.5 + 0.5 * ops.sign(x),
+    sympy.And: _fold(ops.mul),
+    sympy.Or: _fold(ops.maximum),
+    sympy.Not: lambda c: 1.0 - c,
+    sympy.StrictLessThan: ops.lt,
+    sympy.LessThan: ops.le,
+    sympy.StrictGreaterThan: ops.gt,
+    sympy.GreaterThan: ops.ge,
+    sympy.Equality: ops.eq,
+    sympy.Unequality: ops.ne,
+    ops._SympyStopGradient: ops.stop_gradient,
+    **{
+        f: op
+        for op in ops.OPS.values()
+        for f in [op.to_sympy]
+        if isinstance(f, type) and issubclass(f, sympy.Function)
+    },
+}
+
+
+def _leaf(s: Any) -> Expr | None:
+    if isinstance(s, sympy.Symbol):
+        return Var(s.name)
+    if s is sympy.true:
+        return const(1.0)
+    if s is sympy.false:
+        return const(0.0)
+    if isinstance(s, sympy.Expr) and s.is_number and not s.free_symbols and not s.args or \
+            isinstance(s, sympy.NumberSymbol):
+        value = complex(s)
+        if value.imag:
+            raise ValueError(f"from_sympy: complex constant {s} is not supported")
+        return const(value.real)
+    return None
+
+
+@paused_gc()
+def from_sympy(s: Any) -> Any:
+    """Convert a SymPy expression (or a list / array of them) to symgrad expressions.
+
+    >>> import sympy
+    >>> import symgrad as sg
+    >>> x = sympy.Symbol("x")
+    >>> sg.from_sympy(sympy.sin(x) ** 2)
+    sin(x)**2
+    """
+    if isinstance(s, list | tuple | np.ndarray):
+        flat = [from_sympy(e) for e in np.asarray(s, dtype=object).ravel()]
+        return _like(s, flat)
+    s = sympy.sympify(s)
+    done: dict[Any, Any] = {}
+    stack = [s]
+    while stack:
+        node = stack[-1]
+        if node in done:
+            stack.pop()
+            continue
+        leaf = _leaf(node)
+        if leaf is not None:
+            done[node] = leaf
+            stack.pop()
+            continue
+        pending = [a for a in node.args if a not in done]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        build = next((_FROM[t] for t in type(node).__mro__ if t in _FROM), None)
+        if build is None:
+            raise ValueError(f"from_sympy: SymPy function {type(node).__name__!r} has no symgrad equivalent")
+        done[node] = build(*(done[a] for a in node.args))
+    return done[s]

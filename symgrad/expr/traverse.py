@@ -1,0 +1,164 @@
+"""Graph walks, all iterative: topological order, counts, substitution, flattening.
+
+Every walk here uses an explicit stack, so a graph 10**6 deep is fine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr.node import Expr, float_bits, paused_gc
+
+
+def as_expr_list(exprs: Any) -> list[Expr]:
+    """Flatten an expression, a sequence or an object array into a list of expressions."""
+    from symgrad.expr.build import const
+
+    if isinstance(exprs, Expr):
+        return [exprs]
+    flat = np.asarray(exprs, dtype=object).ravel() if not isinstance(exprs, dict) else list(exprs.values())
+    return [e if isinstance(e, Expr) else const(e) for e in flat]
+
+
+def topo_order(roots: Iterable[Expr]) -> list[Expr]:
+    """Every node reachable from ``roots``, each once, arguments before their users.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> [str(n) for n in topo_order([sg.sin(x * y)])]
+    ['x', 'y', 'x*y', 'sin(x*y)']
+    """
+    seen: set[Expr] = set()
+    order: list[Expr] = []
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(root.args))]
+        while stack:
+            node, pending = stack[-1]
+            for arg in pending:
+                if arg not in seen:
+                    seen.add(arg)
+                    stack.append((arg, iter(arg.args)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def count_nodes(exprs: Any) -> int:
+    """The number of distinct nodes in the DAG of ``exprs`` (shared nodes counted once).
+
+    >>> import symgrad as sg
+    >>> x = sg.Var("x")
+    >>> count_nodes(sg.sin(x) * sg.sin(x) + 1)
+    5
+    """
+    return len(topo_order(as_expr_list(exprs)))
+
+
+def free_variables(exprs: Any) -> list[Expr]:
+    """The variables that ``exprs`` depend on, sorted by name.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> free_variables(y * sg.sin(x))
+    [x, y]
+    """
+    found = [n for n in topo_order(as_expr_list(exprs)) if n.op.name == "var"]
+    return sorted(found, key=lambda v: v.payload)
+
+
+@paused_gc()
+def substitute(exprs: Any, mapping: dict) -> Any:
+    """Replace nodes (usually variables) by expressions or numbers, rebuilding what uses them.
+
+    Returns the same kind of container as given: one expression, a list, or an array.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> substitute(x * y + x, {x: 2})
+    2*y + 2
+    """
+    from symgrad.expr.build import _as_expr, apply
+    from symgrad.expr.ops import OPS
+
+    new = {k: _as_expr(v, OPS["var"]) for k, v in mapping.items()}
+    roots = as_expr_list(exprs)
+    for node in topo_order(roots):
+        if node in new or not node.args:
+            continue
+        args = tuple(new.get(a, a) for a in node.args)
+        if any(n is not o for n, o in zip(args, node.args)):
+            new[node] = apply(node.op, args)
+    return _like(exprs, [new.get(r, r) for r in roots])
+
+
+def _like(template: Any, flat: list) -> Any:
+    """Shape ``flat`` like ``template``: one item, a list, or an array."""
+    if isinstance(template, Expr) or np.ndim(template) == 0 and not isinstance(template, list | tuple):
+        return flat[0]
+    if isinstance(template, np.ndarray):
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return out.reshape(template.shape)
+    return list(flat)
+
+
+def to_flat(exprs: Any) -> tuple[list[tuple], list[int]]:
+    """The DAG as a flat list: (op name, payload, argument indices) per node, plus output indices.
+
+    The order is a deterministic function of the structure, so the flat form is stable
+    across processes; pickling and the structural hash both use it.
+
+    >>> import symgrad as sg
+    >>> x = sg.Var("x")
+    >>> to_flat(sg.sin(x))
+    ([('var', 'x', ()), ('sin', None, (0,))], [1])
+    """
+    roots = as_expr_list(exprs)
+    order = topo_order(roots)
+    index = {n: i for i, n in enumerate(order)}
+    nodes = [(n.op.name, n.payload, tuple(index[a] for a in n.args)) for n in order]
+    return nodes, [index[r] for r in roots]
+
+
+@paused_gc()
+def from_flat(nodes: list[tuple], outputs: list[int]) -> list[Expr]:
+    """Rebuild expressions from :func:`to_flat`'s form.
+
+    >>> import symgrad as sg
+    >>> x = sg.Var("x")
+    >>> from_flat(*to_flat(sg.sin(x)))[0] is sg.sin(x)
+    True
+    """
+    from symgrad.expr.build import apply
+    from symgrad.expr.ops import OPS
+
+    built: list[Expr] = []
+    for name, payload, args in nodes:
+        built.append(apply(OPS[name], tuple(built[i] for i in args), payload))
+    return [built[i] for i in outputs]
+
+
+def structural_hash(exprs: Any) -> str:
+    """A hex digest of the structure of ``exprs``, equal across processes (for caches).
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> structural_hash(x * y) == structural_hash(y * x)
+    True
+    """
+    nodes, outputs = to_flat(exprs)
+    h = hashlib.blake2b(digest_size=20)
+    for name, payload, args in nodes:
+        key = float_bits(payload) if name == "const" else payload
+        h.update(f"{name}|{key}|{args};".encode())
+    h.update(repr(outputs).encode())
+    return h.hexdigest()
