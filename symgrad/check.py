@@ -3,7 +3,8 @@
 The numerical side is a fourth-order central difference (points x ± h, x ± 2h),
 evaluated in one vectorized interpreter pass.  A variable whose stencil crosses a
 kink (abs, max, floor, a ``where`` condition, ...) is reported as not
-differentiable there, not as a failure: the op table's ``branch`` column says
+differentiable there, not as a failure, and ``stop_gradient(e)`` is held at its
+value at the point, which is what its zero derivative means: the op table's ``branch`` column says
 which smooth piece each kink op is on, and a change of piece is a kink.
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 from symgrad.expr.diff import _check_wrt, _scalar, grad
 from symgrad.expr.interp import _bindings, run
 from symgrad.expr.node import Expr
-from symgrad.expr.traverse import as_expr_list, topo_order
+from symgrad.expr.traverse import as_expr_list, substitute, topo_order
 
 _STENCIL = np.array([1.0, -1.0, 2.0, -2.0])  # steps, in units of h, after the centre point
 
@@ -80,6 +81,15 @@ def _point(wrt: list[Expr], point: Any) -> dict[str, Any]:
     return {v.payload: np.float64(x) for v, x in zip(wrt, flat)}
 
 
+def _frozen(f: Expr, centre: dict[str, float]) -> Expr:
+    """f with each stop_gradient(e) replaced by e's value at the point: what its gradient means."""
+    stops = [n for n in topo_order([f]) if n.op.name == "stop_gradient"]
+    if not stops:
+        return f
+    values = run(topo_order(stops), centre, set(stops))
+    return substitute(f, {n: float(np.real(values[n])) for n in stops})
+
+
 def check_grad(f: Expr, wrt: Any, point: Any, *, grad_exprs: Any = None, h: float | None = None,
                rtol: float = 1e-6, atol: float = 1e-8, raise_on_failure: bool = False) -> GradCheckReport:
     """Compare the gradient of ``f`` (symbolic, or ``grad_exprs`` if given) with finite differences.
@@ -108,10 +118,11 @@ def check_grad(f: Expr, wrt: Any, point: Any, *, grad_exprs: Any = None, h: floa
     for i, v in enumerate(wrt):
         batch[v.payload][1 + 4 * i: 5 + 4 * i] += _STENCIL * steps[v.payload]
 
-    kinks = [node for node in topo_order([f]) if node.op.branch is not None]
-    keep = {f, *(a for k in kinks for a in k.args)}
-    got = run(topo_order([f, *g]), batch, keep | set(g))
-    fx = got[f]
+    fd = _frozen(f, centre)
+    kinks = [node for node in topo_order([fd]) if node.op.branch is not None]
+    keep = {fd, *(a for k in kinks for a in k.args)}
+    got = run(topo_order([fd, *g]), batch, keep | set(g))
+    fx = np.broadcast_to(got[fd], (1 + 4 * n,))
     value = float(fx[0])
     sym = np.array([np.broadcast_to(got[e], fx.shape)[0] for e in g], dtype=float)
     num = np.empty(n)

@@ -79,4 +79,4 @@ points = st.lists(st.floats(-1.7, 1.7, allow_nan=False), min_size=3, max_size=3)
 
 
 def finite(*values) -> bool:
-    return bool(np.all(np.isfinite(np.asarray(values, dtype=float))))
+    return bool(np.all(np.isfinite(np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in values]))))

@@ -8,7 +8,8 @@ import symgrad as sg
 
 def numeric(expr: sympy.Expr, point: dict) -> float:
     """Evaluate a SymPy expression at a point, derivatives of steps taken as 0 (our convention)."""
-    expr = expr.replace(lambda e: isinstance(e, sympy.Derivative | sympy.DiracDelta), lambda e: sympy.S.Zero)
+    steps = sympy.Derivative | sympy.DiracDelta | sympy.Subs
+    expr = expr.replace(lambda e: isinstance(e, steps), lambda e: sympy.S.Zero)
     subs = {sympy.Symbol(k, real=True): sympy.Float(v, 30) for k, v in point.items()}
     value = expr.evalf(30, subs=subs)
     return complex(value).real if value.is_number else float("nan")

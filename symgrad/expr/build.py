@@ -119,7 +119,7 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
             n_const += a.op is _CONST
     if n_const == len(args):
         with np.errstate(all="ignore"):
-            return const(op.impl(*(np.float64(a.payload) for a in args)))
+            return const(float(op.impl(*(np.float64(a.payload) for a in args))))
     if op.commutative and args[1].order_key < args[0].order_key:
         args = (args[1], args[0])
     if special or (len(args) > 1 and args[-2] is args[-1]):
@@ -257,10 +257,11 @@ def _lift(op: ops.Op) -> Callable:
         return apply(op, args)
 
     names = ("c", "x", "y") if op.arity == 3 else ("x", "y")[: op.arity]
+    example = printing.to_str(apply(op, tuple(map(Var, names))))
     fn.__name__ = fn.__qualname__ = op.name
     fn.__doc__ = (f"{op.doc or 'Elementwise ' + op.name}: an expression, a number, or an object "
                   f"array elementwise.\n\n    >>> import symgrad as sg\n    >>> c, x, y = sg.symbols('c x y')"
-                  f"\n    >>> sg.{op.name}({', '.join(names)})\n    {printing.to_str(apply(op, tuple(map(Var, names))))}\n")
+                  f"\n    >>> sg.{op.name}({', '.join(names)})\n    {example}\n")
     return fn
 
 

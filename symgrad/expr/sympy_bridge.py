@@ -88,6 +88,7 @@ _FROM: dict[type, Any] = {
     sympy.And: _fold(ops.mul),
     sympy.Or: _fold(ops.maximum),
     sympy.Not: lambda c: 1.0 - c,
+    sympy.ITE: ops.where,
     sympy.StrictLessThan: ops.lt,
     sympy.LessThan: ops.le,
     sympy.StrictGreaterThan: ops.gt,
@@ -95,6 +96,8 @@ _FROM: dict[type, Any] = {
     sympy.Equality: ops.eq,
     sympy.Unequality: ops.ne,
     ops._SympyStopGradient: ops.stop_gradient,
+    sympy.re: lambda a: a,  # symgrad values are real
+    sympy.im: lambda a: const(0.0),
     **{
         f: op
         for op in ops.OPS.values()

@@ -1,0 +1,77 @@
+"""Random DAGs using every op: reverse mode against SymPy, finite differences and forward mode."""
+
+import numpy as np
+import sympy
+from graphs import VARS, dags, finite, points
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from sympy_ref import close, numeric
+
+import symgrad as sg
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _at(p):
+    return {v.name: x for v, x in zip(VARS, p)}
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(dags(), points)
+def test_grad_matches_sympy(f, p):
+    point = _at(p)
+    g = sg.evaluate(sg.grad(f, VARS), point)
+    assume(finite(sg.evaluate(f, point), g))
+    s = sg.to_sympy(f)
+    ref = [numeric(sympy.diff(s, sympy.Symbol(v.name, real=True)), point) for v in VARS]
+    assert close(g, ref, rtol=1e-6, atol=1e-8), (str(f), g, ref)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(dags(max_ops=5), points)
+def test_hessian_matches_sympy(f, p):
+    point = _at(p)
+    H = sg.evaluate(sg.hessian(f, VARS), point)
+    assume(finite(sg.evaluate(f, point), H))
+    s = sg.to_sympy(f)
+    syms = [sympy.Symbol(v.name, real=True) for v in VARS]
+    ref = [[numeric(sympy.diff(s, a, b), point) for b in syms] for a in syms]
+    assert close(H, ref, rtol=1e-6, atol=1e-7), str(f)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(dags(), points)
+def test_grad_matches_finite_differences(f, p):
+    report = sg.check_grad(f, VARS, p, rtol=1e-5, atol=1e-7)
+    assume(np.isfinite(report.value))
+    assert report.ok, f"{f}\n{report}"
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(dags(), points, st.lists(st.floats(-2, 2), min_size=3, max_size=3))
+def test_forward_mode_matches_reverse_mode(f, p, t):
+    point = _at(p)
+    fwd = sg.evaluate(sg.jvp(f, VARS, t), point)
+    rev = sg.evaluate(sg.grad(f, VARS), point)
+    assume(finite(fwd, rev))
+    assert close(fwd, np.dot(rev, t), rtol=1e-9, atol=1e-9 * (1 + np.abs(rev).sum()))
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(dags(), points)
+def test_printing_parses_back_and_sympy_round_trips(f, p):
+    point = _at(p)
+    value = sg.evaluate(f, point)
+    assume(np.isfinite(value))
+    assert close(sg.evaluate(sg.parse(str(f)), point), value, rtol=1e-12)
+    assert close(sg.evaluate(sg.from_sympy(sg.to_sympy(f)), point), value, rtol=1e-9)
+    assert sg.structural_hash(sg.expr.traverse.from_flat(*sg.expr.traverse.to_flat(f))) == sg.structural_hash(f)
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(dags(), points)
+def test_interpreter_arrays_match_scalars(f, p):
+    xs = np.array([p, [q * 0.5 for q in p], [q - 0.25 for q in p]])  # three points at once
+    batch = sg.evaluate(f, {v: xs[:, i] for i, v in enumerate(VARS)})
+    singles = [sg.evaluate(f, _at(row)) for row in xs]
+    np.testing.assert_array_equal(batch, singles)
