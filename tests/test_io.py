@@ -152,3 +152,11 @@ def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "symgrad.cli", "x**2", "--at", "x=3"], capture_output=True,
                          text=True, check=True).stdout
     assert "df/dx = 2*x" in out and "df/dx = 6.0" in out
+
+
+def test_quickstart_example_runs():
+    import pathlib
+
+    script = pathlib.Path(__file__).parent.parent / "examples" / "quickstart.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
+    assert "df/dx    = y + cos(x)" in out and "f = 6.909297426826" in out and out.strip().endswith("ok")
