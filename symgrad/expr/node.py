@@ -122,7 +122,8 @@ class Expr:
 
 # key -> weak reference; a reference's callback drops its key when the node dies.
 _table: dict[tuple, weakref.ref] = {}
-_lock = threading.Lock()
+# Reentrant: a node dying during an insert (the GC can run there) calls _drop in the same thread.
+_lock = threading.RLock()
 _new = object.__new__
 _set = object.__setattr__
 
@@ -162,8 +163,9 @@ class _KeyedRef(weakref.ref):
 
 def _drop(ref: _KeyedRef) -> None:
     # A node for this key may have been made again before the old one's callback ran.
-    if _table.get(ref.key) is ref:
-        del _table[ref.key]
+    with _lock:
+        if _table.get(ref.key) is ref:
+            del _table[ref.key]
 
 
 def _payload_hash(kind: str, payload: Any) -> int:
