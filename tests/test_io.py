@@ -38,6 +38,13 @@ def test_latex():
     assert sg.latex(sg.abs(x - sg.Var("v[3]"))) == r"\left|x - v_{3}\right|"
     assert sg.latex(sg.hypot(x, y)) == r"\operatorname{hypot}\left(x, y\right)"
     assert sg.latex({"f": x * y}) == r"f = x \cdot y"
+    assert sg.latex(sg.maximum(x, y)) == r"\max\left(x, y\right)"
+    for name, op in sg.expr.ops.OPS.items():  # every op prints every argument, in text and LaTeX
+        args = [x, y, z][: op.arity]
+        e = op(*args)
+        if e.op is op:
+            for text in (str(e), sg.latex(e)):
+                assert all(a.name in text for a in args), (name, text)
 
 
 def test_sympy_round_trip_of_every_op():

@@ -69,8 +69,14 @@ def _infix(sym: str, prec: int, left: int, right: int, latex: str | None = None)
     )
 
 
-def _func(a, sym):  # LaTeX for a named function of one argument
-    return (sym + r"\left(", (0, 0), r"\right)")
+def call_template(head: str, arity: int, close: str) -> tuple:
+    """A printing template for a call: head, the arguments separated by commas, close."""
+    args = sum((((i, 0), ", ") for i in range(arity)), ())[:-1]
+    return (head, *args, close)
+
+
+def _func(sym: str, arity: int = 1) -> tuple:  # LaTeX for a named function
+    return call_template(sym + r"\left(", arity, r"\right)")
 
 
 def _erf(a):
@@ -81,10 +87,6 @@ def _erf(a):
 
 def _cmp(ufunc):
     return lambda a, b: ufunc(a, b) * 1.0
-
-
-def _sign_branch(a):
-    return np.sign(a)
 
 
 class _SympyStopGradient(sympy.Function):
@@ -128,7 +130,7 @@ pow = _row("pow", 2, np.power, "{0} ** {1}",
 exp = _row("exp", 1, np.exp, "math.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy=sympy.exp,
            latex=(r"e^{", (0, 0), "}"))
 log = _row("log", 1, np.log, "math.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy=sympy.log,
-           latex=_func(0, r"\log"))
+           latex=_func(r"\log"))
 log1p = _row("log1p", 1, np.log1p, "math.log1p({0})", (lambda a, o: 1.0 / (a + 1.0),), ufunc=np.log1p,
              to_sympy=lambda a: sympy.log(1 + a))
 expm1 = _row("expm1", 1, np.expm1, "math.expm1({0})", (lambda a, o: o + 1.0,), ufunc=np.expm1,
@@ -136,26 +138,26 @@ expm1 = _row("expm1", 1, np.expm1, "math.expm1({0})", (lambda a, o: o + 1.0,), u
 sqrt = _row("sqrt", 1, np.sqrt, "math.sqrt({0})", (lambda a, o: 0.5 / o,), ufunc=np.sqrt,
             to_sympy=sympy.sqrt, latex=(r"\sqrt{", (0, 0), "}"))
 sin = _row("sin", 1, np.sin, "math.sin({0})", (lambda a, o: cos(a),), ufunc=np.sin, to_sympy=sympy.sin,
-           latex=_func(0, r"\sin"))
+           latex=_func(r"\sin"))
 cos = _row("cos", 1, np.cos, "math.cos({0})", (lambda a, o: -sin(a),), ufunc=np.cos, to_sympy=sympy.cos,
-           latex=_func(0, r"\cos"))
+           latex=_func(r"\cos"))
 tan = _row("tan", 1, np.tan, "math.tan({0})", (lambda a, o: o * o + 1.0,), ufunc=np.tan, to_sympy=sympy.tan,
-           latex=_func(0, r"\tan"))
+           latex=_func(r"\tan"))
 asin = _row("asin", 1, np.arcsin, "math.asin({0})", (lambda a, o: 1.0 / sqrt(1.0 - a * a),),
-            ufunc=np.arcsin, aliases=("arcsin",), to_sympy=sympy.asin, latex=_func(0, r"\arcsin"))
+            ufunc=np.arcsin, aliases=("arcsin",), to_sympy=sympy.asin, latex=_func(r"\arcsin"))
 acos = _row("acos", 1, np.arccos, "math.acos({0})", (lambda a, o: -1.0 / sqrt(1.0 - a * a),),
-            ufunc=np.arccos, aliases=("arccos",), to_sympy=sympy.acos, latex=_func(0, r"\arccos"))
+            ufunc=np.arccos, aliases=("arccos",), to_sympy=sympy.acos, latex=_func(r"\arccos"))
 atan = _row("atan", 1, np.arctan, "math.atan({0})", (lambda a, o: 1.0 / (a * a + 1.0),),
-            ufunc=np.arctan, aliases=("arctan",), to_sympy=sympy.atan, latex=_func(0, r"\arctan"))
+            ufunc=np.arctan, aliases=("arctan",), to_sympy=sympy.atan, latex=_func(r"\arctan"))
 atan2 = _row("atan2", 2, np.arctan2, "math.atan2({0}, {1})",
              (lambda a, b, o: b / (a * a + b * b), lambda a, b, o: -a / (a * a + b * b)),
              ufunc=np.arctan2, aliases=("arctan2",), to_sympy=sympy.atan2)
 sinh = _row("sinh", 1, np.sinh, "math.sinh({0})", (lambda a, o: cosh(a),), ufunc=np.sinh,
-            to_sympy=sympy.sinh, latex=_func(0, r"\sinh"))
+            to_sympy=sympy.sinh, latex=_func(r"\sinh"))
 cosh = _row("cosh", 1, np.cosh, "math.cosh({0})", (lambda a, o: sinh(a),), ufunc=np.cosh,
-            to_sympy=sympy.cosh, latex=_func(0, r"\cosh"))
+            to_sympy=sympy.cosh, latex=_func(r"\cosh"))
 tanh = _row("tanh", 1, np.tanh, "math.tanh({0})", (lambda a, o: 1.0 - o * o,), ufunc=np.tanh,
-            to_sympy=sympy.tanh, latex=_func(0, r"\tanh"))
+            to_sympy=sympy.tanh, latex=_func(r"\tanh"))
 asinh = _row("asinh", 1, np.arcsinh, "math.asinh({0})", (lambda a, o: 1.0 / sqrt(a * a + 1.0),),
              ufunc=np.arcsinh, aliases=("arcsinh",), to_sympy=sympy.asinh)
 acosh = _row("acosh", 1, np.arccosh, "math.acosh({0})", (lambda a, o: 1.0 / sqrt(a * a - 1.0),),
@@ -165,19 +167,19 @@ atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0
 hypot = _row("hypot", 2, np.hypot, "math.hypot({0}, {1})", (lambda a, b, o: a / o, lambda a, b, o: b / o),
              commutative=True, ufunc=np.hypot, to_sympy=lambda a, b: sympy.sqrt(a * a + b * b))
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
-           to_sympy=sympy.erf, latex=_func(0, r"\operatorname{erf}"))
+           to_sympy=sympy.erf, latex=_func(r"\operatorname{erf}"))
 sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + math.exp(-{0}))",
                (lambda a, o: o * (1.0 - o),), to_sympy=lambda a: 1 / (1 + sympy.exp(-a)),
-               latex=_func(0, r"\sigma"))
+               latex=_func(r"\sigma"))
 softplus = _row("softplus", 1, lambda a: np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a))),
                 "max({0}, 0.0) + math.log1p(math.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
                 to_sympy=lambda a: sympy.log(1 + sympy.exp(a)))
 
 # ---- kinks and steps (derivatives by the documented convention) --------------------------------
 abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
-           aliases=("__abs__",), to_sympy=sympy.Abs, branch=_sign_branch, latex=(r"\left|", (0, 0), r"\right|"))
+           aliases=("__abs__",), to_sympy=sympy.Abs, branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
 sign = _row("sign", 1, np.sign, "np.sign({0})", (None,), ufunc=np.sign, to_sympy=sympy.sign,
-            branch=_sign_branch)
+            branch=np.sign)
 floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, aliases=("__floor__",),
              to_sympy=sympy.floor, branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
@@ -185,13 +187,13 @@ ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=
 minimum = _row("minimum", 2, np.minimum, "np.minimum({0}, {1})",
                (lambda a, b, o: 0.5 - 0.5 * sign(a - b), lambda a, b, o: 0.5 + 0.5 * sign(a - b)),
                commutative=True, ufunc=np.minimum, to_sympy=sympy.Min,
-               branch=lambda a, b: np.sign(a - b), latex=_func(0, r"\min"))
+               branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2))
 maximum = _row("maximum", 2, np.maximum, "np.maximum({0}, {1})",
                (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
                commutative=True, ufunc=np.maximum, to_sympy=sympy.Max,
-               branch=lambda a, b: np.sign(a - b), latex=_func(0, r"\max"))
+               branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2))
 relu = _row("relu", 1, lambda a: np.maximum(a, 0.0), "np.maximum({0}, 0.0)", (lambda a, o: gt(a, 0.0),),
-            to_sympy=lambda a: sympy.Max(a, 0), branch=_sign_branch)
+            to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
 lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), to_sympy=_sympy_cmp(sympy.Lt),

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from symgrad.expr.node import Expr
-from symgrad.expr.ops import ATOM, NEG
+from symgrad.expr.ops import ATOM, NEG, call_template
 from symgrad.expr.traverse import as_expr_list, topo_order
 
 INLINE_LIMIT = 256  # tree size up to which str() repeats shared subexpressions
@@ -55,8 +55,8 @@ def _template(node: Expr, latex: bool) -> tuple[tuple, int]:
     op = node.op
     tpl = op.latex if latex else op.template
     if tpl is None:
-        head = rf"\operatorname{{{op.name}}}\left(" if latex else op.name + "("
-        tpl = (head, *sum((((i, 0), ", ") for i in range(op.arity)), ())[:-1], r"\right)" if latex else ")")
+        tpl = call_template(rf"\operatorname{{{op.name}}}\left(", op.arity, r"\right)") if latex else \
+            call_template(op.name + "(", op.arity, ")")
     return tpl, op.prec
 
 
