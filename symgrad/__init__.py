@@ -7,6 +7,8 @@
 """
 
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
+from symgrad.compile.function import Compiled, compile, value_and_grad
+from symgrad.compile.lower import Program
 from symgrad.expr.build import FUNCS as _FUNCS
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff, grad, hessian, jacobian, jvp

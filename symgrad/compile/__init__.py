@@ -1,0 +1,1 @@
+"""The numeric layer: expression DAGs lowered to Programs and compiled kernels."""

@@ -1,0 +1,326 @@
+"""The Compiled object users call, and ``compile`` / ``value_and_grad`` that make it.
+
+The call path is designed against measured call costs: a fast path that hands the
+arguments straight to a Numba kernel frozen to one signature (float64 C-contiguous
+arrays), and a slow path, taken only when that kernel refuses its arguments, that converts
+them (lists, integers, strided arrays) or raises an error naming the culprit.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numba
+import numpy as np
+from numba import types
+
+from symgrad.compile import cache, numba_backend, vm
+from symgrad.compile.lower import Program, lower
+from symgrad.expr.diff import grad
+from symgrad.expr.interp import run
+from symgrad.expr.node import Expr
+from symgrad.expr.traverse import as_expr_list, topo_order
+
+BACKENDS = ("auto", "numba", "vm", "python")
+# Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
+# then costs more than the VM's slower run saves for all but very hot loops.
+AUTO_THRESHOLD = 200
+
+_EMPTY = np.empty(0)
+_empty = np.empty
+_V, _M = types.float64[::1], types.float64[:, ::1]
+_I = types.int64
+SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
+# Rows per thread below which a batch or sum runs on the calling thread alone.
+MIN_ROWS_PER_THREAD = 1024
+_pool: list[ThreadPoolExecutor] = []
+_SCALAR, _VALUE_GRAD, _ARRAY = range(3)
+
+
+class Compiled:
+    """A compiled function of a float64 vector ``x`` (and parameters ``p``).
+
+    Made by :func:`compile` and :func:`value_and_grad`. Call it with one point, use
+    ``.batch`` for many points and ``.sum`` for a sum over data rows. ``.program`` is the
+    lowered instruction list, ``.source`` the generated code, ``.backend`` what runs it.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> f = sg.compile(x * y + sg.sin(x), [x, y], backend="python")
+    >>> f([2.0, 3.0])
+    6.909297426825682
+    """
+
+    def __init__(self, program: Program, backend: str, kernels: Any, shape: tuple, source: str) -> None:
+        self.program, self.backend, self.source, self.shape = program, backend, source, shape
+        self._kernels = kernels
+        self._kind = _ARRAY if not program.returns_value else _VALUE_GRAD if program.n_out else _SCALAR
+        self._n_out = program.n_out
+        self._point = kernels("point")
+
+    @property
+    def n_ops(self) -> int:
+        """The number of arithmetic instructions in the program."""
+        return self.program.n_ops
+
+    def __call__(self, x: Any, p: Any = _EMPTY, out: np.ndarray | None = None) -> Any:
+        try:
+            if out is not None:
+                value = self._point(x, p, out)
+                return value if self._kind == _VALUE_GRAD else out
+            if self._kind == _SCALAR:
+                return self._point(x, p, _EMPTY)
+            buf = _empty(self._n_out)
+            if self._kind == _VALUE_GRAD:
+                return self._point(x, p, buf), buf
+            self._point(x, p, buf)
+            return buf if len(self.shape) == 1 else buf.reshape(self.shape)
+        except (TypeError, ValueError):
+            return self._checked_call(x, p, out)
+
+    def _checked_call(self, x: Any, p: Any, out: np.ndarray | None) -> Any:
+        """The slow path: convert the arguments, or raise an error that names the culprit."""
+        x2, p2 = self._vector(x, "x"), self._vector(p, "p")
+        out2 = None if out is None else self._out(out)
+        if x2 is x and p2 is p and out2 is out:
+            raise  # the arguments were fine: the kernel's own error stands
+        result = self(x2, p2, out2)
+        return out if self._kind == _ARRAY and out is not None else result
+
+    def batch(self, X: Any, P: Any = None) -> Any:
+        """Evaluate at each row of ``X`` (shape (N, n)); ``P``: one row of params, or N rows.
+
+        Returns results with a leading axis N: values (N,), a value-and-gradient gives
+        (values (N,), gradients (N, n)), arrays give (N, *shape). Rows run in parallel.
+        """
+        X = self._matrix(X, "X", len(self.program.inputs))
+        P = self._matrix(P, "P", len(self.program.params), rows=(1, len(X)))
+        n = len(X)
+        V = _empty(n if self.program.returns_value else 0)
+        OUT = _empty((n, self._n_out))
+        kernel = self._kernels("batch")
+        _on_threads(n, lambda lo, hi: kernel(X, P, V, OUT, lo, hi))
+        if self._kind == _SCALAR:
+            return V
+        if self._kind == _VALUE_GRAD:
+            return V, OUT
+        return OUT.reshape((n, *self.shape))
+
+    def sum(self, x: Any, P: Any) -> Any:
+        """The sum over the rows of ``P`` (one data sample per row) of the outputs at ``x``.
+
+        Reduced inside the kernel, in parallel, with one accumulator per thread: a loss and
+        its gradient over N samples costs no N-row intermediate array.
+        """
+        x = self._vector(x, "x")
+        P = self._matrix(P, "P", len(self.program.params))
+        kernel = self._kernels("total")
+        parts = _on_threads(len(P), lambda lo, hi: _total_part(kernel, x, P, lo, hi, self._n_out))
+        sums = np.sum(parts, axis=0)
+        if self._kind == _SCALAR:
+            return float(sums[0])
+        if self._kind == _VALUE_GRAD:
+            return float(sums[0]), sums[1:]
+        return sums[1:].reshape(self.shape)
+
+    def _names(self, which: str) -> tuple[str, ...]:
+        return self.program.inputs if which in ("x", "X") else self.program.params
+
+    def _vector(self, value: Any, which: str) -> np.ndarray:
+        names = self._names(which)
+        if value is _EMPTY and names:
+            raise TypeError(f"missing params: expected p of shape ({len(names)},) for {list(names)}")
+        a = _as_float(value, which)
+        if a.ndim == 0 and len(names) == 1:
+            a = a.reshape(1)
+        if a.shape != (len(names),):
+            raise ValueError(f"{which}: expected shape ({len(names)},) for {list(names)}, got shape {a.shape}")
+        return a
+
+    def _matrix(self, value: Any, which: str, n: int, rows: tuple | None = None) -> np.ndarray:
+        names = self._names(which)
+        if value is None:
+            if n:
+                raise TypeError(f"missing params: expected {which} of shape (N, {n}) for {list(names)}")
+            return np.zeros((rows[0] if rows else 0, 0))
+        a = _as_float(value, which)
+        if a.ndim == 1 and rows is not None:
+            a = a.reshape(1, -1)
+        if a.ndim == 1 and n == 1:
+            a = a.reshape(-1, 1)
+        if a.ndim != 2 or a.shape[1] != n or (rows is not None and a.shape[0] not in rows):
+            want = f"({'1 or ' + str(rows[1]) if rows else 'N'}, {n})"
+            raise ValueError(f"{which}: expected shape {want} for {list(names)}, got shape {a.shape}")
+        return a
+
+    def _out(self, out: Any) -> np.ndarray:
+        if self._kind == _SCALAR:
+            raise TypeError("out: a function with one scalar output returns its value; it takes no out array")
+        want = (self._n_out,) if self._kind == _VALUE_GRAD else self.shape
+        if not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != want \
+                or not out.flags.c_contiguous or not out.flags.writeable:
+            got = f"{type(out).__name__} of shape {getattr(out, 'shape', '?')}, dtype {getattr(out, 'dtype', '?')}"
+            raise ValueError(f"out: expected a writable C-contiguous float64 array of shape {want}, got {got}")
+        return out if out.ndim == 1 else out.reshape(-1)
+
+    def __repr__(self) -> str:
+        p = f", params {list(self.program.params)}" if self.program.params else ""
+        return (f"<Compiled {self.backend}: {self.n_ops} ops, inputs {list(self.program.inputs)}{p}, "
+                f"outputs {self.shape or 'scalar'}>")
+
+
+def _total_part(kernel: Any, x: np.ndarray, P: np.ndarray, lo: int, hi: int, n_out: int) -> np.ndarray:
+    acc = _empty(n_out + 1)
+    kernel(x, P, acc, lo, hi)
+    return acc
+
+
+def _on_threads(n: int, run: Any) -> list:
+    """``run(lo, hi)`` over slices of ``range(n)``, one per thread (kernels release the GIL)."""
+    k = max(1, min(numba.get_num_threads(), n // MIN_ROWS_PER_THREAD))
+    bounds = [n * i // k for i in range(k + 1)]
+    if k == 1:
+        return [run(0, n)]
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad"))
+    return list(_pool[0].map(run, bounds[:-1], bounds[1:]))
+
+
+def _as_float(value: Any, which: str) -> np.ndarray:
+    if np.iscomplexobj(value):
+        raise TypeError(f"{which}: complex values are not supported, got {np.asarray(value).dtype}")
+    try:
+        a = np.ascontiguousarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{which}: cannot convert {type(value).__name__} to a float64 array ({e})") from None
+    return a if a.flags.writeable else a.copy()
+
+
+# ---- backends: each returns variant name -> kernel(x, p, out) / (X, P, V, OUT) / (x, P, out) ----
+
+def _numba_kernels(program: Program) -> tuple[Any, str]:
+    text = numba_backend.source(program)
+    module = cache.load(f"k{numba_backend.GENERATOR_VERSION}_{program.key}", text)
+    return functools.lru_cache(None)(lambda variant: cache.typed(module, variant, SIGNATURES[variant])), text
+
+
+@functools.lru_cache(None)
+def _vm_variant(variant: str) -> Any:
+    module = cache.load(f"vm_{_vm_key()}", vm.source())
+    code, dims = types.int32[:, ::1], types.int64[::1]
+    return cache.typed(module, variant, (code, _V, dims, *SIGNATURES[variant]))
+
+
+@functools.lru_cache(None)
+def _vm_key() -> str:
+    return hashlib.blake2b(vm.source().encode(), digest_size=12).hexdigest()
+
+
+def _vm_kernels(program: Program) -> tuple[Any, str]:
+    dims = np.array([program.n_slots, len(program.inputs), len(program.params), program.n_out,
+                     int(program.returns_value)], dtype=np.int64)
+    bound = {}
+
+    def variant(name: str) -> Any:
+        if name not in bound:
+            bound[name] = functools.partial(_vm_variant(name), program.code, program.consts, dims)
+        return bound[name]
+
+    return variant, str(program)
+
+
+def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, str]:
+    """The reference interpreter behind the same kernel interface (for checking)."""
+    order = topo_order(roots)
+
+    def evaluate(x_cols: list, p_cols: list) -> list:
+        values = dict(zip(program.inputs, x_cols)) | dict(zip(program.params, p_cols))
+        got = run(order, values, set(roots))
+        return [got[r] for r in roots]
+
+    def point(x, p, out):
+        if len(x) != len(program.inputs) or len(p) != len(program.params) or len(out) != program.n_out:
+            raise ValueError("symgrad: wrong shape")
+        vals = evaluate(list(x), list(p))
+        out[:] = vals[program.returns_value:]
+        return float(vals[0]) if program.returns_value else 0.0
+
+    def rows(vals: list, n: int) -> np.ndarray:  # one column per output, constants broadcast
+        return np.array([np.broadcast_to(v, n) for v in vals]).T.reshape(n, len(vals))
+
+    def batch(X, P, V, OUT, lo, hi):
+        Ps = P[lo:hi] if len(P) > 1 else P
+        vals = evaluate(list(X[lo:hi].T), list(np.broadcast_to(Ps, (hi - lo, P.shape[1])).T))
+        got = rows(vals, hi - lo)
+        if program.returns_value:
+            V[lo:hi] = got[:, 0]
+        OUT[lo:hi] = got[:, program.returns_value:]
+
+    def total(x, P, acc, lo, hi):
+        acc[:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
+
+    kernels = dict(point=point, batch=batch, total=total)
+    return kernels.__getitem__, str(program)
+
+
+def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,
+          returns_value: bool) -> Compiled:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    program = lower(roots, inputs, params, returns_value=returns_value)
+    if backend == "auto":
+        backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
+    if backend == "numba":
+        kernels, text = _numba_kernels(program)
+    elif backend == "vm":
+        kernels, text = _vm_kernels(program)
+    else:
+        kernels, text = _python_kernels(program, roots)
+    return Compiled(program, backend, kernels, shape, text)
+
+
+def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") -> Compiled:
+    """Compile expressions into a fast function of ``x`` (values of ``inputs``, in order).
+
+    One expression gives a function returning a float; a list or array of expressions
+    gives one returning an array of the same shape. ``params`` are further variables
+    passed as a second vector ``p`` (data, not differentiated). ``backend``: ``"numba"``
+    (straight-line kernels), ``"vm"`` (the pre-compiled interpreter, ready at once for
+    large graphs), ``"python"`` (the reference interpreter) or ``"auto"``.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> h = sg.compile(sg.hessian(x**2 * y, [x, y]), [x, y], backend="vm")
+    >>> h([1.0, 2.0])
+    array([[4., 2.],
+           [2., 0.]])
+    """
+    roots = as_expr_list(outputs)
+    scalar = isinstance(outputs, Expr) or isinstance(outputs, (int, float))
+    return _make(roots, inputs, params, backend, () if scalar else np.shape(outputs), scalar)
+
+
+def value_and_grad(f: Any, wrt: Any, params: Any = (), backend: str = "auto") -> Compiled:
+    """Compile ``f`` and its gradient: ``vg(x)`` returns ``(value, gradient array)``.
+
+    ``vg(x, out=g)`` writes the gradient into ``g`` and returns the value (no allocation).
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> vg = sg.value_and_grad(x * y + sg.sin(x), [x, y], backend="vm")
+    >>> vg([2.0, 3.0])
+    (6.909297426825682, array([2.58385316, 2.        ]))
+    """
+    wrt_list = as_expr_list(wrt)
+    for v in wrt_list:
+        if v.op.name != "var":
+            raise TypeError(f"value_and_grad: wrt must be variables, got the expression {v}")
+    f_expr = as_expr_list(f)
+    if len(f_expr) != 1:
+        raise ValueError(f"value_and_grad needs one scalar expression, got {len(f_expr)}")
+    gradient = grad(f_expr[0], wrt_list)
+    return _make([f_expr[0], *gradient], wrt_list, params, backend, (len(wrt_list),), True)
+

@@ -1,0 +1,244 @@
+"""Lowering: expression DAG -> Program, the flat instruction list every backend walks.
+
+One walk of the DAG (all outputs together) in topological order gives one instruction per
+node still needed (dead code never enters), constants in a side table, constant integer
+powers as multiplications, and a work slot per value, reused once the value is dead (a slot
+goes back on a free stack after its last use), so the VM's work array stays small.
+The straight-line code generator, the VM and the printout all read the same arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr.node import Expr, float_bits
+from symgrad.expr.ops import OPS
+from symgrad.expr.traverse import as_expr_list, topo_order
+
+# Pseudo-ops beyond the op table: load x[a], load p[a], load consts[a], store slot a as
+# output d (d = -1: the returned value).
+LOAD_X, LOAD_P, LOAD_CONST, STORE = range(len(OPS), len(OPS) + 4)
+_OPS_BY_CODE = list(OPS.values())
+_MUL, _DIV, _POW, _CONST = OPS["mul"].code, OPS["div"].code, OPS["pow"].code, OPS["const"]
+MAX_UNROLLED_POWER = 16  # x**k with |k| up to this becomes multiplications (as CasADi does)
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A lowered function: ``code`` rows are (opcode, dest slot, arg slots a, b, c).
+
+    ``returns_value``: the first output is returned as a float (a scalar function, or the
+    value of a value-and-gradient); the ``n_out`` others are written to an output array.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> print(lower([x * y + sg.sin(x)], [x, y]))
+    { lambda x[2] = (x, y).
+      s0 = x[0]
+      s1 = x[1]
+      s1 = mul s0 s1
+      s0 = sin s0
+      s0 = add s1 s0
+      return s0 }
+    """
+
+    code: np.ndarray
+    consts: np.ndarray
+    n_slots: int
+    inputs: tuple[str, ...]
+    params: tuple[str, ...]
+    n_out: int
+    returns_value: bool
+    key: str  # structural hash of everything above: names the compiled module on disk
+
+    @property
+    def n_ops(self) -> int:
+        """The number of computing instructions (loads and stores not counted)."""
+        return int(np.count_nonzero(self.code[:, 0] < LOAD_X))
+
+    def __len__(self) -> int:
+        return len(self.code)
+
+    def __str__(self) -> str:
+        sig = f"x[{len(self.inputs)}] = ({', '.join(self.inputs)})"
+        if self.params:
+            sig += f"; p[{len(self.params)}] = ({', '.join(self.params)})"
+        lines = [f"{{ lambda {sig}."]
+        for op, d, a, b, c in self.code.tolist():
+            if op == STORE:
+                lines.append(f"  return s{a}" if d < 0 else f"  out[{d}] = s{a}")
+            elif op == LOAD_CONST:
+                lines.append(f"  s{d} = {float(self.consts[a])!r}")
+            elif op >= LOAD_X:
+                lines.append(f"  s{d} = {'x' if op == LOAD_X else 'p'}[{a}]")
+            else:
+                row = _OPS_BY_CODE[op]
+                lines.append(f"  s{d} = {row.name} " + " ".join(f"s{s}" for s in (a, b, c)[: row.arity]))
+        return "\n".join(lines) + " }"
+
+    def __repr__(self) -> str:
+        return f"<Program {len(self.code)} instructions, {self.n_slots} slots, key {self.key[:12]}>"
+
+
+def _names(spec: Any, what: str) -> list[Expr]:
+    flat = [] if spec is None else as_expr_list(spec)
+    for v in flat:
+        if v.op.name != "var":
+            raise TypeError(f"{what} must be variables, got the expression {v}")
+    names = [v.payload for v in flat]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ValueError(f"{what}: variable {sorted(dup)[0]!r} is listed twice")
+    return flat
+
+
+class _Emitter:
+    """Instruction list plus a slot allocator with a free stack."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, int]] = []
+        self.free: list[int] = []
+        self.n_slots = 0
+
+    def slot(self) -> int:
+        if self.free:
+            return self.free.pop()
+        self.n_slots += 1
+        return self.n_slots - 1
+
+    def emit(self, op: int, a: int = 0, b: int = 0, c: int = 0) -> int:
+        d = self.slot()
+        self.rows.append((op, d, a, b, c))
+        return d
+
+
+def _int_power(node: Expr) -> int | None:
+    e = node.args[1]
+    if e.op is _CONST and float(e.payload).is_integer() and 2 <= abs(e.payload) <= MAX_UNROLLED_POWER:
+        return int(e.payload)
+    return None
+
+
+def _emit_power(em: _Emitter, base: int, k: int, one: int | None) -> int:
+    """x**k by squaring; 1/x**|k| for k < 0. ``base`` and ``one`` stay live."""
+    result, square, n = None, base, abs(k)
+    while True:
+        if n & 1:
+            if result is None:
+                result = square
+            else:
+                prev, result = result, em.emit(_MUL, result, square)
+                if prev != base:
+                    em.free.append(prev)
+        n >>= 1
+        if not n:
+            break
+        prev, square = square, em.emit(_MUL, square, square)
+        if prev != base and prev != result:
+            em.free.append(prev)
+    if square != base and square != result:
+        em.free.append(square)
+    if k > 0:
+        return result
+    inverse = em.emit(_DIV, one, result)
+    if result != base:
+        em.free.append(result)
+    return inverse
+
+
+def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | None = None) -> Program:
+    """Lower expressions to a :class:`Program` reading ``x`` (``inputs``) and ``p`` (``params``).
+
+    ``returns_value`` (default: a single output) makes the first output the returned float.
+
+    >>> import symgrad as sg
+    >>> x = sg.Var("x")
+    >>> lower(x**3, [x]).n_ops  # x*x, then *x
+    2
+    """
+    roots = as_expr_list(outputs)
+    xs, ps = _names(inputs, "inputs"), _names(params, "params")
+    loads = {v: (LOAD_X, i) for i, v in enumerate(xs)}
+    for i, v in enumerate(ps):
+        if v in loads:
+            raise ValueError(f"variable {v.payload!r} is both an input and a param")
+        loads[v] = (LOAD_P, i)
+    if returns_value is None:
+        returns_value = len(roots) == 1
+    order = topo_order(roots)
+    missing = [n.payload for n in order if n.op.name == "var" and n not in loads]
+    if missing:
+        raise ValueError(f"the outputs depend on variable {sorted(missing)[0]!r}, which is not among the "
+                         f"inputs {[v.payload for v in xs]} or params {[v.payload for v in ps]}")
+    program_rows, consts, n_slots = _schedule(order, roots, loads, returns_value)
+    code = np.array(program_rows, dtype=np.int32).reshape(-1, 5)
+    const_array = np.array(consts, dtype=np.float64)
+    names = tuple(v.payload for v in xs), tuple(v.payload for v in ps)
+    h = hashlib.blake2b(digest_size=16)
+    for part in (code.tobytes(), const_array.tobytes(), repr((names, returns_value, len(roots))).encode()):
+        h.update(part)
+    return Program(code, const_array, max(n_slots, 1), *names, len(roots) - returns_value, returns_value,
+                   h.hexdigest())
+
+
+def _schedule(order: list[Expr], roots: list[Expr], loads: dict, returns_value: bool):
+    """Emit instructions in ``order``; free each slot after its value's last use."""
+    alias = {}  # ops whose template is the identity (stop_gradient) reuse their argument
+    uses: dict[Expr, int] = {}
+    for node in order:
+        if node.op.numba == "{0}":
+            alias[node] = alias.get(node.args[0], node.args[0])
+            continue
+        for a in node.args[:1] if node.op.code == _POW and _int_power(node) else node.args:
+            a = alias.get(a, a)
+            uses[a] = uses.get(a, 0) + 1
+    stores = {}
+    for k, r in enumerate(roots):
+        r = alias.get(r, r)
+        stores.setdefault(r, []).append(k - returns_value)
+        uses[r] = uses.get(r, 0) + 1
+    em = _Emitter()
+    slot: dict[Expr, int] = {}
+    consts: list[float] = []
+    const_index: dict[int, int] = {}  # float bits -> index in consts
+
+    def load_const(v: float) -> int:
+        if float_bits(v) not in const_index:
+            const_index[float_bits(v)] = len(consts)
+            consts.append(v)
+        return em.emit(LOAD_CONST, const_index[float_bits(v)])
+
+    one = None  # the slot of 1.0 for negative powers, kept for the whole program
+
+    def use(a: Expr) -> int:
+        s = slot[a]
+        uses[a] -= 1
+        if not uses[a]:
+            em.free.append(s)
+        return s
+
+    for node in order:
+        if node in alias or node not in uses:  # not in uses: only an unrolled power's exponent
+            continue
+        name = node.op.name
+        if name == "var":
+            slot[node] = em.emit(*loads[node])
+        elif name == "const":
+            slot[node] = load_const(node.payload)
+        elif node.op.code == _POW and (k := _int_power(node)) is not None:
+            if k < 0 and one is None:
+                one = load_const(1.0)
+            base = alias.get(node.args[0], node.args[0])
+            slot[node] = _emit_power(em, slot[base], k, one)
+            use(base)
+        else:
+            args = [use(alias.get(a, a)) for a in node.args]
+            slot[node] = em.emit(node.op.code, *args)
+        for k in stores.get(node, ()):
+            em.rows.append((STORE, k, slot[node], 0, 0))
+            use(node)
+    return em.rows, consts, em.n_slots

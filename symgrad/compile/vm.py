@@ -1,0 +1,153 @@
+"""The VM: one pre-compiled Numba interpreter that runs any Program's instruction arrays.
+
+Its dispatch (an ``if``/``elif`` chain over opcodes, which LLVM turns into a jump table)
+is generated from the op table's Numba templates, so adding an op adds a branch here too.
+Nothing is compiled per graph: the module is compiled once per machine and loaded from
+Numba's disk cache afterwards. ``batch`` and ``total`` (rows ``lo:hi``; the caller runs
+slices on threads) hand blocks of ``BLOCK`` points to ``block``, which runs each
+instruction over the whole block with a work array of slots x points that fits in cache:
+the dispatch is paid once per block, not per point.
+"""
+
+from __future__ import annotations
+
+from symgrad.compile.lower import LOAD_CONST, LOAD_P, LOAD_X, STORE
+from symgrad.expr.ops import OPS
+
+BLOCK = 128
+
+HEADER = '''"""symgrad VM (generated from the op table; edits are overwritten)."""
+import math
+
+import numba
+import numpy as np
+
+_jit = dict(cache=True, error_model="numpy")
+
+
+@numba.njit(**_jit)
+def check(dims, nx, np_, nout):
+    # dims: n_slots, len(x), len(p), n_out, returns_value
+    if nx != dims[1] or np_ != dims[2] or nout != dims[3]:
+        raise ValueError("symgrad: wrong shape")
+'''
+
+POINT = '''
+
+@numba.njit(**_jit)
+def point(code, consts, dims, x, p, out):
+    check(dims, x.shape[0], p.shape[0], out.shape[0])
+    w = np.empty(dims[0])
+    ret = 0.0
+    for i in range(code.shape[0]):
+        op = code[i, 0]
+        d = code[i, 1]
+        a = code[i, 2]
+        b = code[i, 3]
+        c = code[i, 4]
+{dispatch}
+    return ret
+'''
+
+BLOCK_RUN = '''
+
+@numba.njit(**_jit)
+def block(code, consts, w, X, P, lo, m, ob):
+    # Rows lo .. lo+m of X and P (a single row is broadcast); outputs to ob.
+    xs = 1 if X.shape[0] > 1 else 0
+    ps = 1 if P.shape[0] > 1 else 0
+    for i in range(code.shape[0]):
+        op = code[i, 0]
+        d = code[i, 1]
+        a = code[i, 2]
+        b = code[i, 3]
+        c = code[i, 4]
+{dispatch}
+'''
+
+BATCH = '''
+
+@numba.njit(nogil=True, **_jit)
+def batch(code, consts, dims, X, P, V, OUT, lo, hi):
+    n = X.shape[0]
+    check(dims, X.shape[1], P.shape[1], OUT.shape[1])
+    if (P.shape[0] != n and P.shape[0] != 1) or V.shape[0] != n * dims[4] or OUT.shape[0] != n:
+        raise ValueError("symgrad: wrong shape")
+    w = np.empty((dims[0], {block}))
+    ob = np.empty((dims[3] + 1, {block}))
+    for start in range(lo, hi, {block}):
+        m = min({block}, hi - start)
+        block(code, consts, w, X, P, start, m, ob)
+        if dims[4]:
+            V[start:start + m] = ob[0, :m]
+        for j in range(dims[3]):
+            OUT[start:start + m, j] = ob[j + 1, :m]
+'''
+
+TOTAL = '''
+
+@numba.njit(nogil=True, **_jit)
+def total(code, consts, dims, x, P, acc, lo, hi):
+    check(dims, x.shape[0], P.shape[1], acc.shape[0] - 1)
+    X = x.reshape((1, x.shape[0]))
+    w = np.empty((dims[0], {block}))
+    ob = np.empty((dims[3] + 1, {block}))
+    acc[:] = 0.0
+    for start in range(lo, hi, {block}):
+        m = min({block}, hi - start)
+        block(code, consts, w, X, P, start, m, ob)
+        for j in range(dims[3] + 1):
+            acc[j] += np.sum(ob[j, :m])
+'''
+
+# Per variant: how an operand reads, and the statements of the pseudo-ops.
+_POINT = dict(
+    arg="w[{}]", loop="",
+    x="w[d] = x[a]", p="w[d] = p[a]", const="w[d] = consts[a]",
+    store="if d < 0:\n    ret = w[a]\nelse:\n    out[d] = w[a]",
+)
+_BLOCK = dict(
+    arg="w[{}, j]", loop="for j in range(m):\n",
+    x="for j in range(m):\n    w[d, j] = X[(lo + j) * xs, a]",
+    p="for j in range(m):\n    w[d, j] = P[(lo + j) * ps, a]",
+    const="w[d, :m] = consts[a]",
+    store="ob[d + 1, :m] = w[a, :m]",
+)
+
+
+def _indent(text: str, by: str) -> str:
+    return "\n".join(by + line for line in text.split("\n"))
+
+
+def dispatch(io: dict, indent: str) -> str:
+    """The ``if``/``elif`` chain over every opcode, statements from the op table."""
+    branches = []
+    for op in OPS.values():
+        if op.numba is None:
+            continue
+        args = [io["arg"].format(s) for s in "abc"[: op.arity]]
+        target = io["arg"].format("d")
+        stmt = f"{target} = {op.numba.format(*args)}"
+        if io["loop"]:
+            stmt = io["loop"] + "    " + stmt
+        branches.append((op.code, stmt))
+    branches += [(LOAD_X, io["x"]), (LOAD_P, io["p"]), (LOAD_CONST, io["const"]), (STORE, io["store"])]
+    parts = []
+    for k, (code, stmt) in enumerate(branches):
+        parts.append(f"{'if' if k == 0 else 'elif'} op == {code}:\n{_indent(stmt, '    ')}")
+    return _indent("\n".join(parts), indent)
+
+
+def source() -> str:
+    """The VM module's source: kernels ``point``, ``batch`` and ``total``.
+
+    >>> "elif op == 3:" in source()  # one branch per op-table row
+    True
+    """
+    return "".join([
+        HEADER,
+        POINT.format(dispatch=dispatch(_POINT, " " * 8)),
+        BLOCK_RUN.format(dispatch=dispatch(_BLOCK, " " * 8)),
+        BATCH.format(block=BLOCK),
+        TOTAL.format(block=BLOCK),
+    ])
