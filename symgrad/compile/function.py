@@ -260,7 +260,7 @@ def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, str]:
         OUT[lo:hi] = got[:, program.returns_value:]
 
     def total(x, P, acc, lo, hi):
-        acc[:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
+        acc[1 - program.returns_value:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
 
     kernels = dict(point=point, batch=batch, total=total)
     return kernels.__getitem__, str(program)

@@ -23,7 +23,8 @@ from symgrad.expr.traverse import as_expr_list, topo_order
 # output d (d = -1: the returned value).
 LOAD_X, LOAD_P, LOAD_CONST, STORE = range(len(OPS), len(OPS) + 4)
 _OPS_BY_CODE = list(OPS.values())
-_MUL, _DIV, _POW, _CONST = OPS["mul"].code, OPS["div"].code, OPS["pow"].code, OPS["const"]
+_MUL, _DIV, _POW, _SQRT = (OPS[name].code for name in ("mul", "div", "pow", "sqrt"))
+_CONST = OPS["const"]
 MAX_UNROLLED_POWER = 16  # x**k with |k| up to this becomes multiplications (as CasADi does)
 
 
@@ -116,10 +117,14 @@ class _Emitter:
         return d
 
 
-def _int_power(node: Expr) -> int | None:
-    e = node.args[1]
-    if e.op is _CONST and float(e.payload).is_integer() and 2 <= abs(e.payload) <= MAX_UNROLLED_POWER:
-        return int(e.payload)
+def _special_power(node: Expr) -> float | None:
+    """The exponent of x**k lowered without pow: integer k (multiplications) or 0.5 (sqrt,
+    as NumPy does: sqrt(-inf) is nan where C's pow gives inf)."""
+    if node.op.code != _POW or node.args[1].op is not _CONST:
+        return None
+    k = node.args[1].payload
+    if k == 0.5 or k.is_integer() and 2 <= abs(k) <= MAX_UNROLLED_POWER:
+        return k
     return None
 
 
@@ -193,7 +198,7 @@ def _schedule(order: list[Expr], roots: list[Expr], loads: dict, returns_value: 
         if node.op.numba == "{0}":
             alias[node] = alias.get(node.args[0], node.args[0])
             continue
-        for a in node.args[:1] if node.op.code == _POW and _int_power(node) else node.args:
+        for a in node.args[:1] if _special_power(node) else node.args:
             a = alias.get(a, a)
             uses[a] = uses.get(a, 0) + 1
     stores = {}
@@ -229,16 +234,19 @@ def _schedule(order: list[Expr], roots: list[Expr], loads: dict, returns_value: 
             slot[node] = em.emit(*loads[node])
         elif name == "const":
             slot[node] = load_const(node.payload)
-        elif node.op.code == _POW and (k := _int_power(node)) is not None:
-            if k < 0 and one is None:
-                one = load_const(1.0)
+        elif k := _special_power(node):
             base = alias.get(node.args[0], node.args[0])
-            slot[node] = _emit_power(em, slot[base], k, one)
-            use(base)
+            if k == 0.5:
+                slot[node] = em.emit(_SQRT, use(base))
+            else:
+                if k < 0 and one is None:
+                    one = load_const(1.0)
+                slot[node] = _emit_power(em, slot[base], int(k), one)
+                use(base)
         else:
             args = [use(alias.get(a, a)) for a in node.args]
             slot[node] = em.emit(node.op.code, *args)
-        for k in stores.get(node, ()):
-            em.rows.append((STORE, k, slot[node], 0, 0))
+        for index in stores.get(node, ()):
+            em.rows.append((STORE, index, slot[node], 0, 0))
             use(node)
     return em.rows, consts, em.n_slots
