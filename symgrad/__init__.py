@@ -13,7 +13,7 @@ from symgrad.expr.build import FUNCS as _FUNCS
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff, grad, hessian, jacobian, jvp
 from symgrad.expr.interp import evaluate
-from symgrad.expr.node import Expr
+from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.printing import format, latex
 from symgrad.expr.sympy_bridge import from_sympy, to_sympy
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute

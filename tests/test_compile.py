@@ -158,6 +158,12 @@ def test_program_printout_and_attributes():
     assert "vm:" in repr(sg.compile(big, [x, y]))
 
 
+def test_same_formula_twice_in_one_process_shares_the_kernel():
+    f = x * y + sg.cos(y) * 3.0
+    a, b = sg.compile(f, [x, y], backend="numba"), sg.compile(f, [x, y], backend="numba")
+    assert a._point is b._point and a([1.0, 2.0]) == b([1.0, 2.0]) == 2.0 + 3.0 * math.cos(2.0)
+
+
 def test_deep_graph_compiles_on_the_vm():
     e = x
     for i in range(100_000):

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ import numba
 
 # Modules loaded in this process, held weakly: the Compiled objects using one keep it alive.
 _LOADED: weakref.WeakValueDictionary[str, ModuleType] = weakref.WeakValueDictionary()
+_LOCK = threading.RLock()
 
 
 def cache_dir() -> Path:
@@ -64,9 +66,11 @@ def load(name: str, text: str) -> ModuleType:
     >>> mod.f()
     42
     """
-    mod = _LOADED.get(name)
-    if mod is not None:
-        return mod
+    with _LOCK:
+        return _LOADED.get(name) or _load(name, text)
+
+
+def _load(name: str, text: str) -> ModuleType:
     folder = cache_dir() / f"numba-{numba.__version__}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.py"
@@ -96,11 +100,18 @@ def typed(module: ModuleType, name: str, signature: tuple) -> Any:
 
     The dispatcher is then frozen: other argument types raise TypeError instead of
     compiling a new specialisation; callers catch that and convert their arguments.
+
+    >>> mod = load("doc_typed", "import numba\\n\\n@numba.njit\\ndef f(x):\\n    return x + 1.0\\n")
+    >>> typed(mod, "f", (numba.float64,))(1.0)
+    2.0
     """
     dispatcher = getattr(module, name)
-    with _registered(module):
-        _compile(dispatcher, signature)
-    dispatcher.disable_compile()
+    with _LOCK:
+        if not getattr(dispatcher, "_symgrad_frozen", False):
+            with _registered(module):
+                _compile(dispatcher, signature)
+            dispatcher.disable_compile()
+            dispatcher._symgrad_frozen = True
     return dispatcher
 
 

@@ -36,7 +36,6 @@ _I = types.int64
 SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
 # Rows per thread below which a batch or sum runs on the calling thread alone.
 MIN_ROWS_PER_THREAD = 1024
-_pool: list[ThreadPoolExecutor] = []
 _SCALAR, _VALUE_GRAD, _ARRAY = range(3)
 
 
@@ -63,7 +62,13 @@ class Compiled:
 
     @property
     def n_ops(self) -> int:
-        """The number of arithmetic instructions in the program."""
+        """The number of arithmetic instructions in the program (loads and stores not counted).
+
+        >>> import symgrad as sg
+        >>> x = sg.Var("x")
+        >>> sg.compile(sg.sin(x) * x, [x], backend="vm").n_ops
+        2
+        """
         return self.program.n_ops
 
     def __call__(self, x: Any, p: Any = _EMPTY, out: np.ndarray | None = None) -> Any:
@@ -95,6 +100,11 @@ class Compiled:
 
         Returns results with a leading axis N: values (N,), a value-and-gradient gives
         (values (N,), gradients (N, n)), arrays give (N, *shape). Rows run in parallel.
+
+        >>> import symgrad as sg
+        >>> x, y = sg.symbols("x y")
+        >>> sg.compile(x * y, [x, y], backend="vm").batch([[1.0, 2.0], [3.0, 4.0]])
+        array([ 2., 12.])
         """
         X = self._matrix(X, "X", len(self.program.inputs))
         P = self._matrix(P, "P", len(self.program.params), rows=(1, len(X)))
@@ -114,6 +124,12 @@ class Compiled:
 
         Reduced inside the kernel, in parallel, with one accumulator per thread: a loss and
         its gradient over N samples costs no N-row intermediate array.
+
+        >>> import symgrad as sg
+        >>> a, t = sg.symbols("a t")
+        >>> vg = sg.value_and_grad((a * t - 1.0) ** 2, [a], params=[t], backend="vm")
+        >>> vg.sum([2.0], [[1.0], [2.0]])  # (2-1)**2 + (4-1)**2, and 2*1*1 + 2*3*2
+        (10.0, array([14.]))
         """
         x = self._vector(x, "x")
         P = self._matrix(P, "P", len(self.program.params))
@@ -184,9 +200,12 @@ def _on_threads(n: int, run: Any) -> list:
     bounds = [n * i // k for i in range(k + 1)]
     if k == 1:
         return [run(0, n)]
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad"))
-    return list(_pool[0].map(run, bounds[:-1], bounds[1:]))
+    return list(_thread_pool().map(run, bounds[:-1], bounds[1:]))
+
+
+@functools.lru_cache(None)
+def _thread_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad")
 
 
 def _as_float(value: Any, which: str) -> np.ndarray:

@@ -120,7 +120,11 @@ def _indent(text: str, by: str) -> str:
 
 
 def dispatch(io: dict, indent: str) -> str:
-    """The ``if``/``elif`` chain over every opcode, statements from the op table."""
+    """The ``if``/``elif`` chain over every opcode, statements from the op table.
+
+    >>> print(dispatch(_POINT, "").splitlines()[:2])
+    ['if op == 2:', '    w[d] = w[a] + w[b]']
+    """
     branches = []
     for op in OPS.values():
         if op.numba is None:

@@ -1,0 +1,58 @@
+"""Hand-written Numba value-and-gradient functions: the practical speed limit symgrad aims at."""
+
+import math
+import time
+
+import numba
+import numpy as np
+
+
+def compile_time(fn, *args) -> float:
+    """Seconds to compile ``fn`` for ``args`` and run it once (a fresh copy, no cache)."""
+    start = time.perf_counter()
+    numba.njit(fn.py_func)(*args)
+    return time.perf_counter() - start
+
+
+@numba.njit(error_model="numpy")
+def p1(v):
+    x, y = v[0], v[1]
+    g = np.empty(2)
+    g[0] = y + math.cos(x)
+    g[1] = x
+    return x * y + math.sin(x), g
+
+
+@numba.njit(error_model="numpy")
+def rosen(x):
+    n = x.shape[0]
+    f = 0.0
+    g = np.zeros(n)
+    for i in range(n - 1):
+        t1 = x[i + 1] - x[i] * x[i]
+        t2 = 1.0 - x[i]
+        f += 100.0 * t1 * t1 + t2 * t2
+        g[i] += -400.0 * x[i] * t1 - 2.0 * t2
+        g[i + 1] += 200.0 * t1
+    return f, g
+
+
+@numba.njit(parallel=True, error_model="numpy")
+def p4(X, out):
+    for i in numba.prange(X.shape[0]):
+        x, y, z = X[i, 0], X[i, 1], X[i, 2]
+        out[i] = math.exp(-x * x - y * y) * math.cos(z) + x * y * z
+
+
+@numba.njit(error_model="numpy")
+def p5(x):
+    n = x.shape[0]
+    f = 0.0
+    g = np.zeros(n)
+    for i in range(n - 1):
+        a, b = x[i], x[i + 1]
+        s, c, e = math.sin(a * b), math.cos(a * b), math.exp(-a * a)
+        f += s * e + math.log(1.0 + a * a)
+        g[i] += c * b * e - 2.0 * a * s * e + 2.0 * a / (1.0 + a * a)
+        g[i + 1] += c * a * e
+    return f, g

@@ -1,0 +1,352 @@
+"""symgrad against hand-written Numba, SymPy, JAX and CasADi: prints a table, writes docs/performance.md.
+
+    python benchmarks/run.py            # JAX and CasADi too where installed: pip install -e ".[bench]"
+
+Times are the best of several repeats (per call) or one cold run (time to first result:
+build the formula, differentiate, compile, first call). symgrad compiles into a fresh
+cache directory, so nothing comes from an earlier run's disk cache, except where a row
+says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+
+import numba
+import numpy as np
+import sympy
+
+os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="symgrad-bench-")
+import symgrad as sg  # noqa: E402  (after the cache directory is chosen)
+import baselines as hand  # noqa: E402
+
+HAVE = {m: importlib.util.find_spec(m) is not None for m in ("jax", "casadi")}
+if HAVE["jax"]:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+if HAVE["casadi"]:
+    import casadi as ca
+
+ROWS: list[tuple[str, str, str, str, str]] = []  # problem, tool, metric, value, ratio
+
+
+def per_call(fn, *args) -> float:
+    """Seconds per call: best of 5 repeats of ~0.1 s."""
+    timer = timeit.Timer(lambda: fn(*args))
+    number, _ = timer.autorange()
+    return min(timer.repeat(5, max(1, number // 2))) / max(1, number // 2)
+
+
+def first(make, *args) -> tuple[float, object]:
+    """Seconds from nothing to the first result of ``make(*args)``: it builds, compiles and calls once."""
+    start = time.perf_counter()
+    fn = make(*args)
+    return time.perf_counter() - start, fn
+
+
+def jax_call(fn, v):
+    return jax.block_until_ready(fn(v))
+
+
+def row(problem: str, tool: str, metric: str, seconds: float | None, base: float | None, unit: str = "us") -> None:
+    if seconds is None:
+        ROWS.append((problem, tool, metric, "-", ""))
+        return
+    value = f"{seconds * 1e6:.2f} us" if unit == "us" else f"{seconds:.3f} s" if unit == "s" else unit
+    ratio = f"{seconds / base:.2f}x" if base else ""
+    ROWS.append((problem, tool, metric, value, ratio))
+
+
+# ---- P1: x*y + sin(x), single-point value and gradient ----------------------------------------
+
+def p1() -> None:
+    x, y = sg.symbols("x y")
+    f = x * y + sg.sin(x)
+    v = np.array([2.0, 3.0])
+    hand.p1(v)
+    base = per_call(hand.p1, v)
+    row("P1 x*y+sin(x)", "hand-written @njit", "per call", base, base)
+    for backend in ("numba", "vm"):
+        vg = sg.value_and_grad(f, [x, y], backend=backend)
+        row("P1 x*y+sin(x)", f"symgrad {backend}", "per call", per_call(vg, v), base)
+    g = np.empty(2)
+    vg = sg.value_and_grad(f, [x, y])
+    row("P1 x*y+sin(x)", "symgrad numba, out=", "per call", per_call(lambda: vg(v, out=g)), base)
+    sx, sy = sympy.symbols("x y")
+    sf = sx * sy + sympy.sin(sx)
+    lam = sympy.lambdify([sx, sy], [sf, sympy.diff(sf, sx), sympy.diff(sf, sy)])
+    row("P1 x*y+sin(x)", "SymPy lambdify", "per call", per_call(lam, *v), base)
+    if HAVE["jax"]:
+        jf = jax.jit(jax.value_and_grad(lambda w: w[0] * w[1] + jnp.sin(w[0])))
+        jax.block_until_ready(jf(v))
+        row("P1 x*y+sin(x)", "JAX jit(value_and_grad)", "per call", per_call(jax_call, jf, v), base)
+    if HAVE["casadi"]:
+        w = ca.SX.sym("w", 2)
+        cf = w[0] * w[1] + ca.sin(w[0])
+        F = ca.Function("f", [w], [cf, ca.gradient(cf, w)])
+        row("P1 x*y+sin(x)", "CasADi SX Function", "per call", per_call(F, v), base)
+
+
+# ---- P2: extended (chained) Rosenbrock ----------------------------------------------------------
+
+def rosen_sg(n: int, backend: str = "auto"):
+    xs = sg.vector("x", n)
+    f = sum(100.0 * (xs[i + 1] - xs[i] ** 2) ** 2 + (1.0 - xs[i]) ** 2 for i in range(n - 1))
+    vg = sg.value_and_grad(f, xs, backend=backend)
+    vg(np.full(n, 0.5))
+    return vg
+
+
+def p2() -> None:
+    for n in (2, 100, 1000, 10000):
+        name = f"P2 Rosenbrock n={n}"
+        v = np.linspace(-1.0, 1.5, n)
+        t_hand = hand.compile_time(hand.rosen, v)
+        base = per_call(hand.rosen, v)
+        row(name, "hand-written @njit", "first result", t_hand, None, "s")
+        row(name, "hand-written @njit", "per call", base, base)
+        t, vg = first(rosen_sg, n)
+        row(name, f"symgrad auto ({vg.backend}, {vg.n_ops} ops)", "first result", t, None, "s")
+        row(name, f"symgrad auto ({vg.backend})", "per call", per_call(vg, v), base)
+        if vg.backend == "vm" and n <= 100:
+            t, vn = first(rosen_sg, n, "numba")
+            row(name, "symgrad numba", "first result", t, None, "s")
+            row(name, "symgrad numba", "per call", per_call(vn, v), base)
+        if n <= 100:
+            t, lam = first(rosen_sympy, n)
+            row(name, "SymPy diff + lambdify", "first result", t, None, "s")
+            row(name, "SymPy diff + lambdify", "per call", per_call(lam, *v), base)
+        if HAVE["jax"]:
+            t, jf = first(jax_first, jax_rosen, v)
+            row(name, "JAX jit(value_and_grad)", "first result", t, None, "s")
+            row(name, "JAX jit(value_and_grad)", "per call", per_call(jax_call, jf, v), base)
+        if HAVE["casadi"]:
+            t, F = first(casadi_first, casadi_rosen, n, v)
+            row(name, "CasADi SX Function", "first result", t, None, "s")
+            row(name, "CasADi SX Function", "per call", per_call(F, v), base)
+
+
+def rosen_sympy(n: int):
+    s = sympy.symbols(f"x0:{n}")
+    f = sum(100 * (s[i + 1] - s[i] ** 2) ** 2 + (1 - s[i]) ** 2 for i in range(n - 1))
+    lam = sympy.lambdify(s, [f, *[sympy.diff(f, v) for v in s]])
+    lam(*np.full(n, 0.5))
+    return lam
+
+
+def jax_rosen(w):
+    return jnp.sum(100.0 * (w[1:] - w[:-1] ** 2) ** 2 + (1.0 - w[:-1]) ** 2)
+
+
+def jax_first(f, v):
+    jf = jax.jit(jax.value_and_grad(f))
+    jax.block_until_ready(jf(v))
+    return jf
+
+
+def casadi_rosen(w, n):
+    return ca.sum1(100 * (w[1:] - w[: n - 1] ** 2) ** 2 + (1 - w[: n - 1]) ** 2)
+
+
+def casadi_first(build, n, v):
+    w = ca.SX.sym("w", n)
+    f = build(w, n)
+    F = ca.Function("f", [w], [f, ca.gradient(f, w)])
+    F(v)
+    return F
+
+
+# ---- P3: deep recurrence ----------------------------------------------------------------------
+
+def recurrence(a, b, depth, sin, cos):
+    for _ in range(depth):
+        a, b = sin(a) * b + a, cos(b) * a - b
+    return a + b
+
+
+def p3_build(depth: int, backend: str):
+    a, b = sg.symbols("a b")
+    f = recurrence(a, b, depth, sg.sin, sg.cos)
+    vg = sg.value_and_grad(f, [a, b], backend=backend)
+    vg([0.3, 0.4])
+    return vg, f
+
+
+def p3() -> None:
+    for depth in (10, 30, 100):
+        name = f"P3 recurrence D={depth}"
+
+        for backend in ("auto", "vm"):
+            t, (vg, f) = first(p3_build, depth, backend)
+            row(name, f"symgrad {backend} ({vg.backend}, {vg.n_ops} ops)", "first result", t, None, "s")
+        nf, ng = sg.count_nodes(f), sg.count_nodes(sg.grad(f, list(sg.free_variables(f))))
+        ROWS.append((name, "symgrad", "nodes: f / gradient (sharing f's)", f"{nf} / {ng}", f"{ng / nf:.2f}x"))
+        if depth <= 10:
+            sympy_p3(name, depth)
+
+
+SYMPY_P3 = """
+import sys, time, sympy
+sys.path.insert(0, {here!r})
+from run import recurrence
+start = time.perf_counter()
+a, b = sympy.symbols("a b")
+f = recurrence(a, b, {depth}, sympy.sin, sympy.cos)
+grads = [sympy.diff(f, s) for s in (a, b)]
+print("diff", time.perf_counter() - start, flush=True)
+print("ops", sum(sympy.count_ops(g) for g in grads), flush=True)
+lam = sympy.lambdify([a, b], [f, *grads])
+lam(0.3, 0.4)
+print("first", time.perf_counter() - start, flush=True)
+"""
+
+
+def sympy_p3(name: str, depth: int, budget: float = 120.0) -> None:
+    """SymPy's diff + lambdify in a subprocess with a time budget (its trees grow as 12**(D/2))."""
+    script = SYMPY_P3.format(here=str(Path(__file__).parent), depth=depth)
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=budget).stdout
+    except subprocess.TimeoutExpired as stopped:
+        out = (stopped.stdout or b"").decode() if isinstance(stopped.stdout, bytes) else stopped.stdout or ""
+    got = dict(line.split() for line in out.splitlines() if line.strip())
+    row(name, "SymPy diff", "time", float(got["diff"]) if "diff" in got else None, None, "s")
+    ops = got.get("ops", f"not done in {budget:.0f} s")
+    ROWS.append((name, "SymPy", "gradient operations (count_ops)", ops, ""))
+    if "first" in got:
+        row(name, "SymPy diff + lambdify", "first result", float(got["first"]), None, "s")
+    else:
+        ROWS.append((name, "SymPy diff + lambdify", "first result", f"> {budget:.0f} s (stopped)", ""))
+
+
+# ---- P4: many points through .batch ------------------------------------------------------------
+
+def p4() -> None:
+    x, y, z = sg.symbols("x y z")
+    f = sg.exp(-x**2 - y**2) * sg.cos(z) + x * y * z
+    X = np.random.default_rng(0).uniform(-1, 1, size=(1_000_000, 3))
+    name = "P4 batch 1e6 points"
+    out = np.empty(len(X))
+    hand.p4(X, out)
+    base = per_call(hand.p4, X, out)
+    row(name, f"hand-written @njit prange ({numba.get_num_threads()} threads)", "per 1e6 points", base, base)
+    for backend in ("numba", "vm"):
+        fn = sg.compile(f, [x, y, z], backend=backend)
+        fn.batch(X)
+        row(name, f"symgrad {backend} .batch", "per 1e6 points", per_call(fn.batch, X), base)
+    a, b, c = X.T.copy()
+    row(name, "NumPy vectorized", "per 1e6 points",
+        per_call(lambda: np.exp(-a * a - b * b) * np.cos(c) + a * b * c), base)
+    if HAVE["jax"]:
+        jf = jax.jit(lambda a, b, c: jnp.exp(-a * a - b * b) * jnp.cos(c) + a * b * c)
+        jax.block_until_ready(jf(a, b, c))
+        row(name, "JAX jit", "per 1e6 points", per_call(lambda: jax.block_until_ready(jf(a, b, c))), base)
+
+
+# ---- P5: a long sum, gradient ------------------------------------------------------------------
+
+def p5_sg(n: int, backend: str = "auto"):
+    xs = sg.vector("x", n)
+    with sg.paused_gc():
+        f = sum(sg.sin(xs[i] * xs[i + 1]) * sg.exp(-xs[i] ** 2) + sg.log(1.0 + xs[i] ** 2) for i in range(n - 1))
+    vg = sg.value_and_grad(f, xs, backend=backend)
+    vg(np.full(n, 0.5))
+    return vg
+
+
+def jax_p5(w):
+    a, b = w[:-1], w[1:]
+    return jnp.sum(jnp.sin(a * b) * jnp.exp(-a * a) + jnp.log(1.0 + a * a))
+
+
+def casadi_p5(w, n):
+    a, b = w[: n - 1], w[1:]
+    return ca.sum1(ca.sin(a * b) * ca.exp(-a * a) + ca.log(1 + a * a))
+
+
+def p5() -> None:
+    for n in (1000, 20000):
+        name = f"P5 long sum n={n}"
+        v = np.linspace(-1.0, 1.0, n)
+        t_hand = hand.compile_time(hand.p5, v)
+        base = per_call(hand.p5, v)
+        row(name, "hand-written @njit", "first result", t_hand, None, "s")
+        row(name, "hand-written @njit", "per call", base, base)
+        t, vg = first(p5_sg, n)
+        row(name, f"symgrad auto ({vg.backend}, {vg.n_ops} ops)", "first result", t, None, "s")
+        row(name, f"symgrad auto ({vg.backend})", "per call", per_call(vg, v), base)
+        if HAVE["jax"]:
+            t, jvg = first(jax_first, jax_p5, v)
+            row(name, "JAX jit(value_and_grad)", "first result", t, None, "s")
+            row(name, "JAX jit(value_and_grad)", "per call", per_call(jax_call, jvg, v), base)
+        if HAVE["casadi"]:
+            t, F = first(casadi_first, casadi_p5, n, v)
+            row(name, "CasADi SX Function", "first result", t, None, "s")
+            row(name, "CasADi SX Function", "per call", per_call(F, v), base)
+
+
+# ---- the disk cache: a second process ------------------------------------------------------------
+
+CACHE_SCRIPT = """
+import sys, time
+sys.path.insert(0, {here!r})
+start = time.perf_counter()
+import run
+vg = run.rosen_sg(100, "numba")
+print(time.perf_counter() - start)
+"""
+
+
+def disk_cache() -> None:
+    name = "disk cache (Rosenbrock n=100, numba)"
+    script = CACHE_SCRIPT.format(here=str(Path(__file__).parent))
+    times = [float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                                  env=dict(os.environ)).stdout.split()[-1]) for _ in range(2)]
+    row(name, "first process: compile", "first result", times[0], None, "s")
+    row(name, "second process: load from disk", "first result", times[1], None, "s")
+    ROWS[-1] = ROWS[-1][:4] + (f"{times[0] / times[1]:.1f}x faster",)
+
+
+def vm_warmup() -> None:
+    start = time.perf_counter()
+    vg = sg.value_and_grad(sg.Var("x") * 2.0, [sg.Var("x")], backend="vm")
+    vg([1.0]), vg.batch(np.ones((2, 1))), vg.sum([1.0], np.ones((2, 0)))
+    row("VM kernels", "compile once per machine (then from disk)", "first use", time.perf_counter() - start,
+        None, "s")
+
+
+def write(path: Path) -> str:
+    head = ("| problem | tool | metric | value | ratio |\n|---|---|---|---|---|\n")
+    table = head + "\n".join("| " + " | ".join(r) + " |" for r in ROWS)
+    machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+               f"{platform.python_version()}, numba {numba.__version__}, NumPy {np.__version__}, SymPy "
+               f"{sympy.__version__}" + (f", JAX {jax.__version__}" if HAVE["jax"] else "")
+               + (f", CasADi {ca.__version__}" if HAVE["casadi"] else ""))
+    text = path.read_text() if path.exists() else ""
+    start, end = "<!-- table -->", "<!-- /table -->"
+    body = f"{start}\nMeasured on {machine}.\n\n{table}\n{end}"
+    if start in text:
+        text = text[: text.index(start)] + body + text[text.index(end) + len(end):]
+    else:
+        text += "\n" + body + "\n"
+    path.write_text(text)
+    return table
+
+
+if __name__ == "__main__":
+    only = sys.argv[1:]
+    for step in (vm_warmup, p1, p2, p3, p4, p5, disk_cache):
+        if not only or step.__name__ in only:
+            step()
+            print(f"{step.__name__} done", file=sys.stderr)
+    print(write(Path(__file__).parent.parent / "docs" / "performance.md"))
