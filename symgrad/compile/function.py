@@ -53,12 +53,19 @@ class Compiled:
     6.909297426825682
     """
 
-    def __init__(self, program: Program, backend: str, kernels: Any, shape: tuple, source: str) -> None:
-        self.program, self.backend, self.source, self.shape = program, backend, source, shape
-        self._kernels = kernels
+    def __init__(self, program: Program, backend: str, kernels: Any, shape: tuple, source: Any) -> None:
+        self.program, self.backend, self.shape = program, backend, shape
+        self._kernels, self._source = kernels, source
         self._kind = _ARRAY if not program.returns_value else _VALUE_GRAD if program.n_out else _SCALAR
         self._n_out = program.n_out
         self._point = kernels("point")
+
+    @property
+    def source(self) -> str:
+        """The generated code (numba), or the instruction listing the VM and interpreter run."""
+        if callable(self._source):
+            self._source = self._source()
+        return self._source
 
     @property
     def n_ops(self) -> int:
@@ -248,7 +255,7 @@ def _vm_kernels(program: Program) -> tuple[Any, str]:
             bound[name] = functools.partial(_vm_variant(name), program.code, program.consts, dims)
         return bound[name]
 
-    return variant, str(program)
+    return variant, program.__str__
 
 
 def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, str]:
@@ -282,7 +289,7 @@ def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, str]:
         acc[1 - program.returns_value:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
 
     kernels = dict(point=point, batch=batch, total=total)
-    return kernels.__getitem__, str(program)
+    return kernels.__getitem__, program.__str__
 
 
 def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,

@@ -90,10 +90,11 @@ def _names(spec: Any, what: str) -> list[Expr]:
     for v in flat:
         if v.op.name != "var":
             raise TypeError(f"{what} must be variables, got the expression {v}")
-    names = [v.payload for v in flat]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ValueError(f"{what}: variable {sorted(dup)[0]!r} is listed twice")
+    seen: set[str] = set()
+    for v in flat:
+        if v.payload in seen:
+            raise ValueError(f"{what}: variable {v.payload!r} is listed twice")
+        seen.add(v.payload)
     return flat
 
 
