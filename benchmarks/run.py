@@ -1,6 +1,7 @@
 """symgrad against hand-written Numba, SymPy, JAX and CasADi: prints a table, writes docs/performance.md.
 
     python benchmarks/run.py            # JAX and CasADi too where installed: pip install -e ".[bench]"
+    python benchmarks/run.py p1 p4      # some steps only: prints, leaves docs/performance.md alone
 
 Times are the best of several repeats (per call) or one cold run (time to first result:
 build the formula, differentiate, compile, first call). symgrad compiles into a fresh
@@ -325,6 +326,17 @@ def disk_cache() -> None:
     ROWS[-1] = ROWS[-1][:4] + (f"{compiled / loaded:.1f}x faster",)
 
 
+def threshold() -> None:
+    """Around the auto threshold: Numba's compile against the VM's slower calls."""
+    for n in (5, 15, 40):
+        v = np.linspace(-1.0, 1.0, n)
+        for backend in ("numba", "vm"):
+            t, vg = first(rosen_sg, n, backend)
+            name = f"threshold: Rosenbrock n={n} ({len(vg.program)} instructions)"
+            row(name, f"symgrad {backend}", "first result", t, None, "s")
+            row(name, f"symgrad {backend}", "per call", per_call(vg, v), None)
+
+
 def vm_warmup() -> None:
     start = time.perf_counter()
     vg = sg.value_and_grad(sg.Var("x") * 2.0, [sg.Var("x")], backend="vm")
@@ -352,9 +364,12 @@ def write(path: Path) -> str:
 
 
 if __name__ == "__main__":
-    only = sys.argv[1:]
-    for step in (vm_warmup, p1, p2, p3, p4, p5, disk_cache):
+    only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
+    for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)
-    print(write(Path(__file__).parent.parent / "docs" / "performance.md"))
+    if only:
+        print("\n".join("| " + " | ".join(r) + " |" for r in ROWS))
+    else:
+        print(write(Path(__file__).parent.parent / "docs" / "performance.md"))
