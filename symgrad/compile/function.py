@@ -225,9 +225,10 @@ def _as_float(value: Any, which: str) -> np.ndarray:
     return a if a.flags.writeable else a.copy()
 
 
-# ---- backends: each returns variant name -> kernel(x, p, out) / (X, P, V, OUT) / (x, P, out) ----
+# ---- backends: each gives (variant name -> kernel, the source or a function making it) ----
+# Kernels: point(x, p, out) -> value; batch(X, P, V, OUT, lo, hi); total(x, P, acc, lo, hi).
 
-def _numba_kernels(program: Program) -> tuple[Any, str]:
+def _numba_kernels(program: Program) -> tuple[Any, Any]:
     text = numba_backend.source(program)
     module = cache.load(f"k{numba_backend.GENERATOR_VERSION}_{program.key}", text)
     return functools.lru_cache(None)(lambda variant: cache.typed(module, variant, SIGNATURES[variant])), text
@@ -235,30 +236,20 @@ def _numba_kernels(program: Program) -> tuple[Any, str]:
 
 @functools.lru_cache(None)
 def _vm_variant(variant: str) -> Any:
-    module = cache.load(f"vm_{_vm_key()}", vm.source())
+    text = vm.source()
+    module = cache.load(f"vm_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
     code, dims = types.int32[:, ::1], types.int64[::1]
     return cache.typed(module, variant, (code, _V, dims, *SIGNATURES[variant]))
 
 
-@functools.lru_cache(None)
-def _vm_key() -> str:
-    return hashlib.blake2b(vm.source().encode(), digest_size=12).hexdigest()
-
-
-def _vm_kernels(program: Program) -> tuple[Any, str]:
+def _vm_kernels(program: Program) -> tuple[Any, Any]:
     dims = np.array([program.n_slots, len(program.inputs), len(program.params), program.n_out,
                      int(program.returns_value)], dtype=np.int64)
-    bound = {}
-
-    def variant(name: str) -> Any:
-        if name not in bound:
-            bound[name] = functools.partial(_vm_variant(name), program.code, program.consts, dims)
-        return bound[name]
-
-    return variant, program.__str__
+    bind = lambda name: functools.partial(_vm_variant(name), program.code, program.consts, dims)
+    return functools.lru_cache(None)(bind), program.__str__
 
 
-def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, str]:
+def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, Any]:
     """The reference interpreter behind the same kernel interface (for checking)."""
     order = topo_order(roots)
 
