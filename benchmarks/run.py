@@ -56,8 +56,24 @@ def first(make, *args) -> tuple[float, object]:
     return time.perf_counter() - start, fn
 
 
-def jax_call(fn, v):
-    return jax.block_until_ready(fn(v))
+def first_and_per_call(name: str, tool: str, base: float | None, v, make, *args):
+    """Rows for the time to the first result of ``make(*args)`` and for calling what it returns
+    at ``v`` (``tool`` may name it: ``{fn.backend}``; ``base`` None: this is the baseline).
+    Returns the seconds per call and the function."""
+    t, fn = first(make, *args)
+    seconds = per_call(fn, v)
+    tool = tool.format(fn=fn)
+    row(name, tool, "first result", t, None, "s")
+    row(name, tool, "per call", seconds, base or seconds)
+    return seconds, fn
+
+
+def contenders(name: str, base: float, v, n: int, jax_f, casadi_f) -> None:
+    """JAX and CasADi on the same problem, where installed."""
+    if HAVE["jax"]:
+        first_and_per_call(name, "JAX jit(value_and_grad)", base, v, jax_first, jax_f, v)
+    if HAVE["casadi"]:
+        first_and_per_call(name, "CasADi SX Function", base, v, casadi_first, casadi_f, n, v)
 
 
 def row(problem: str, tool: str, metric: str, seconds: float | None, base: float | None, unit: str = "us") -> None:
@@ -89,9 +105,8 @@ def p1() -> None:
     lam = sympy.lambdify([sx, sy], [sf, sympy.diff(sf, sx), sympy.diff(sf, sy)])
     row("P1 x*y+sin(x)", "SymPy lambdify", "per call", per_call(lam, *v), base)
     if HAVE["jax"]:
-        jf = jax.jit(jax.value_and_grad(lambda w: w[0] * w[1] + jnp.sin(w[0])))
-        jax.block_until_ready(jf(v))
-        row("P1 x*y+sin(x)", "JAX jit(value_and_grad)", "per call", per_call(jax_call, jf, v), base)
+        jf = jax_first(lambda w: w[0] * w[1] + jnp.sin(w[0]), v)
+        row("P1 x*y+sin(x)", "JAX jit(value_and_grad)", "per call", per_call(jf, v), base)
     if HAVE["casadi"]:
         w = ca.SX.sym("w", 2)
         cf = w[0] * w[1] + ca.sin(w[0])
@@ -114,29 +129,13 @@ def p2() -> None:
     for n in (2, 100, 1000, 10000):
         name = f"P2 Rosenbrock n={n}"
         v = np.linspace(-1.0, 1.5, n)
-        t_hand = hand.compile_time(hand.rosen, v)
-        base = per_call(hand.rosen, v)
-        row(name, "hand-written @njit", "first result", t_hand, None, "s")
-        row(name, "hand-written @njit", "per call", base, base)
-        t, vg = first(rosen_sg, n)
-        row(name, f"symgrad auto ({vg.backend}, {vg.n_ops} ops)", "first result", t, None, "s")
-        row(name, f"symgrad auto ({vg.backend})", "per call", per_call(vg, v), base)
+        base, _ = first_and_per_call(name, "hand-written @njit", None, v, hand.fresh, hand.rosen, v)
+        _, vg = first_and_per_call(name, "symgrad auto ({fn.backend}, {fn.n_ops} ops)", base, v, rosen_sg, n)
         if vg.backend == "vm" and n <= 100:
-            t, vn = first(rosen_sg, n, "numba")
-            row(name, "symgrad numba", "first result", t, None, "s")
-            row(name, "symgrad numba", "per call", per_call(vn, v), base)
+            first_and_per_call(name, "symgrad numba", base, v, rosen_sg, n, "numba")
         if n <= 100:
-            t, lam = first(rosen_sympy, n)
-            row(name, "SymPy diff + lambdify", "first result", t, None, "s")
-            row(name, "SymPy diff + lambdify", "per call", per_call(lam, *v), base)
-        if HAVE["jax"]:
-            t, jf = first(jax_first, jax_rosen, v)
-            row(name, "JAX jit(value_and_grad)", "first result", t, None, "s")
-            row(name, "JAX jit(value_and_grad)", "per call", per_call(jax_call, jf, v), base)
-        if HAVE["casadi"]:
-            t, F = first(casadi_first, casadi_rosen, n, v)
-            row(name, "CasADi SX Function", "first result", t, None, "s")
-            row(name, "CasADi SX Function", "per call", per_call(F, v), base)
+            first_and_per_call(name, "SymPy diff + lambdify", base, v, rosen_sympy, n)
+        contenders(name, base, v, n, jax_rosen, casadi_rosen)
 
 
 def rosen_sympy(n: int):
@@ -144,7 +143,7 @@ def rosen_sympy(n: int):
     f = sum(100 * (s[i + 1] - s[i] ** 2) ** 2 + (1 - s[i]) ** 2 for i in range(n - 1))
     lam = sympy.lambdify(s, [f, *[sympy.diff(f, v) for v in s]])
     lam(*np.full(n, 0.5))
-    return lam
+    return lambda v: lam(*v)
 
 
 def jax_rosen(w):
@@ -152,9 +151,10 @@ def jax_rosen(w):
 
 
 def jax_first(f, v):
+    """jit(value_and_grad(f)), compiled by a first call; calls wait for the result."""
     jf = jax.jit(jax.value_and_grad(f))
     jax.block_until_ready(jf(v))
-    return jf
+    return lambda w: jax.block_until_ready(jf(w))
 
 
 def casadi_rosen(w, n):
@@ -280,21 +280,9 @@ def p5() -> None:
     for n in (1000, 20000):
         name = f"P5 long sum n={n}"
         v = np.linspace(-1.0, 1.0, n)
-        t_hand = hand.compile_time(hand.p5, v)
-        base = per_call(hand.p5, v)
-        row(name, "hand-written @njit", "first result", t_hand, None, "s")
-        row(name, "hand-written @njit", "per call", base, base)
-        t, vg = first(p5_sg, n)
-        row(name, f"symgrad auto ({vg.backend}, {vg.n_ops} ops)", "first result", t, None, "s")
-        row(name, f"symgrad auto ({vg.backend})", "per call", per_call(vg, v), base)
-        if HAVE["jax"]:
-            t, jvg = first(jax_first, jax_p5, v)
-            row(name, "JAX jit(value_and_grad)", "first result", t, None, "s")
-            row(name, "JAX jit(value_and_grad)", "per call", per_call(jax_call, jvg, v), base)
-        if HAVE["casadi"]:
-            t, F = first(casadi_first, casadi_p5, n, v)
-            row(name, "CasADi SX Function", "first result", t, None, "s")
-            row(name, "CasADi SX Function", "per call", per_call(F, v), base)
+        base, _ = first_and_per_call(name, "hand-written @njit", None, v, hand.fresh, hand.p5, v)
+        first_and_per_call(name, "symgrad auto ({fn.backend}, {fn.n_ops} ops)", base, v, p5_sg, n)
+        contenders(name, base, v, n, jax_p5, casadi_p5)
 
 
 # ---- the disk cache: a second process ------------------------------------------------------------

@@ -39,13 +39,7 @@ def point(code, consts, dims, x, p, out):
     check(dims, x.shape[0], p.shape[0], out.shape[0])
     w = np.empty(dims[0])
     ret = 0.0
-    for i in range(code.shape[0]):
-        op = code[i, 0]
-        d = code[i, 1]
-        a = code[i, 2]
-        b = code[i, 3]
-        c = code[i, 4]
-{dispatch}
+{loop}
     return ret
 '''
 
@@ -56,13 +50,7 @@ def block(code, consts, w, X, P, lo, m, ob):
     # Rows lo .. lo+m of X and P (a single row is broadcast); outputs to ob.
     xs = 1 if X.shape[0] > 1 else 0
     ps = 1 if P.shape[0] > 1 else 0
-    for i in range(code.shape[0]):
-        op = code[i, 0]
-        d = code[i, 1]
-        a = code[i, 2]
-        b = code[i, 3]
-        c = code[i, 4]
-{dispatch}
+{loop}
 '''
 
 BATCH = '''
@@ -99,6 +87,15 @@ def total(code, consts, dims, x, P, acc, lo, hi):
         for j in range(dims[3] + 1):
             acc[j] += np.sum(ob[j, :m])
 '''
+
+# The interpreter loop: decode each row, then the dispatch.
+LOOP = """    for i in range(code.shape[0]):
+        op = code[i, 0]
+        d = code[i, 1]
+        a = code[i, 2]
+        b = code[i, 3]
+        c = code[i, 4]
+{dispatch}"""
 
 # Per variant: how an operand reads, and the statements of the pseudo-ops.
 _POINT = dict(
@@ -150,8 +147,8 @@ def source() -> str:
     """
     return "".join([
         HEADER,
-        POINT.format(dispatch=dispatch(_POINT, " " * 8)),
-        BLOCK_RUN.format(dispatch=dispatch(_BLOCK, " " * 8)),
+        POINT.format(loop=LOOP.format(dispatch=dispatch(_POINT, " " * 8))),
+        BLOCK_RUN.format(loop=LOOP.format(dispatch=dispatch(_BLOCK, " " * 8))),
         BATCH.format(block=BLOCK),
         TOTAL.format(block=BLOCK),
     ])
