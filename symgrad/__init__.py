@@ -7,17 +7,20 @@
 """
 
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
-from symgrad.compile.function import Compiled, compile, value_and_grad
+from symgrad.compile.function import Compiled, compile
 from symgrad.compile.lower import Program
+from symgrad.expr.arrays import SymArray
 from symgrad.expr.build import FUNCS as _FUNCS
 from symgrad.expr.build import Var, const, symbols, vector
-from symgrad.expr.diff import diff, grad, hessian, jacobian, jvp
+from symgrad.expr.diff import diff, jvp
 from symgrad.expr.interp import evaluate
-from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex
+from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.sympy_bridge import from_sympy, to_sympy
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
 from symgrad.parse import parse
+from symgrad.trace import Function, grad, hessian, hvp, jacobian, jit, value_and_grad
 
 exp = _FUNCS["exp"]
 log = _FUNCS["log"]

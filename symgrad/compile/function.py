@@ -22,6 +22,7 @@ from symgrad.compile.lower import Program, lower
 from symgrad.expr.diff import grad
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr
+from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list, topo_order
 
 BACKENDS = ("auto", "numba", "vm", "python")
@@ -53,9 +54,13 @@ class Compiled:
     6.909297426825682
     """
 
-    def __init__(self, program: Program, backend: str, kernels: Any, shape: tuple, source: Any) -> None:
+    def __init__(self, program: Program, backend: str, kernels: Any, shape: tuple, source: Any,
+                 pattern: tuple | None = None, roots: list[Expr] | None = None) -> None:
         self.program, self.backend, self.shape = program, backend, shape
         self._kernels, self._source = kernels, source
+        # A sparse matrix (indices, indptr, shape): the kernels compute its data, in CSR order.
+        self._pattern = pattern
+        self._roots = roots  # the interpreter backend evaluates the expressions themselves
         self._kind = _ARRAY if not program.returns_value else _VALUE_GRAD if program.n_out else _SCALAR
         self._n_out = program.n_out
         self._point = kernels("point")
@@ -89,9 +94,19 @@ class Compiled:
             if self._kind == _VALUE_GRAD:
                 return self._point(x, p, buf), buf
             self._point(x, p, buf)
-            return buf if len(self.shape) == 1 else buf.reshape(self.shape)
+            return self._shaped(buf)
         except (TypeError, ValueError):
             return self._checked_call(x, p, out)
+
+    def __reduce__(self) -> tuple:
+        # The program travels (arrays and names), not the kernels: the receiver loads them from
+        # the disk cache, or compiles them, exactly as a first compile would.
+        return _from_program, (self.program, self.backend, self.shape, self._pattern, self._roots)
+
+    def _shaped(self, data: np.ndarray) -> Any:
+        if self._pattern is not None:
+            return _csr(data, self._pattern)
+        return data if len(self.shape) == 1 else data.reshape(self.shape)
 
     def _checked_call(self, x: Any, p: Any, out: np.ndarray | None) -> Any:
         """The slow path: convert the arguments, or raise an error that names the culprit."""
@@ -106,7 +121,8 @@ class Compiled:
         """Evaluate at each row of ``X`` (shape (N, n)); ``P``: one row of params, or N rows.
 
         Returns results with a leading axis N: values (N,), a value-and-gradient gives
-        (values (N,), gradients (N, n)), arrays give (N, *shape). Rows run in parallel.
+        (values (N,), gradients (N, n)), arrays give (N, *shape), a sparse matrix gives its
+        data arrays (N, nnz) in its fixed pattern. Rows run in parallel.
 
         >>> import symgrad as sg
         >>> x, y = sg.symbols("x y")
@@ -147,7 +163,7 @@ class Compiled:
             return float(sums[0])
         if self._kind == _VALUE_GRAD:
             return float(sums[0]), sums[1:]
-        return sums[1:].reshape(self.shape)
+        return self._shaped(sums[1:])
 
     def _names(self, which: str) -> tuple[str, ...]:
         return self.program.inputs if which in ("x", "X") else self.program.params
@@ -190,9 +206,22 @@ class Compiled:
         return out if out.ndim == 1 else out.reshape(-1)
 
     def __repr__(self) -> str:
-        p = f", params {list(self.program.params)}" if self.program.params else ""
-        return (f"<Compiled {self.backend}: {self.n_ops} ops, inputs {list(self.program.inputs)}{p}, "
+        p = f", params {_names_brief(self.program.params)}" if self.program.params else ""
+        return (f"<Compiled {self.backend}: {self.n_ops} ops, inputs {_names_brief(self.program.inputs)}{p}, "
                 f"outputs {self.shape or 'scalar'}>")
+
+
+def _names_brief(names: tuple[str, ...], shown: int = 6) -> str:
+    if len(names) <= shown:
+        return str(list(names))
+    return f"[{', '.join(map(repr, names[:shown - 2]))}, ..., {names[-1]!r}] ({len(names)})"
+
+
+def _csr(data: np.ndarray, pattern: tuple) -> Any:
+    from scipy.sparse import csr_matrix  # only sparse results need SciPy
+
+    indices, indptr, shape = pattern
+    return csr_matrix((data, indices, indptr), shape=shape, copy=False)
 
 
 def _total_part(kernel: Any, x: np.ndarray, P: np.ndarray, lo: int, hi: int, n_out: int) -> np.ndarray:
@@ -284,29 +313,38 @@ def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, Any]:
 
 
 def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,
-          returns_value: bool) -> Compiled:
+          returns_value: bool, sparsity: SparseExprs | None = None) -> Compiled:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
+    pattern = None if sparsity is None else (sparsity.indices, sparsity.indptr, sparsity.shape)
+    return _from_program(program, backend, shape, pattern, roots if backend == "python" else None)
+
+
+def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
+                  roots: list[Expr] | None) -> Compiled:
+    """The Compiled for a lowered program (also how a pickled one comes back: disk cache, or a recompile)."""
     if backend == "numba":
         kernels, text = _numba_kernels(program)
     elif backend == "vm":
         kernels, text = _vm_kernels(program)
     else:
         kernels, text = _python_kernels(program, roots)
-    return Compiled(program, backend, kernels, shape, text)
+    return Compiled(program, backend, kernels, shape, text, pattern, roots)
 
 
 def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") -> Compiled:
     """Compile expressions into a fast function of ``x`` (values of ``inputs``, in order).
 
     One expression gives a function returning a float; a list or array of expressions
-    gives one returning an array of the same shape. ``params`` are further variables
-    passed as a second vector ``p`` (data, not differentiated). ``backend``: ``"numba"``
-    (straight-line kernels), ``"vm"`` (the pre-compiled interpreter, ready at once for
-    large graphs), ``"python"`` (the reference interpreter) or ``"auto"``.
+    gives one returning an array of the same shape; a sparse matrix of expressions
+    (``sg.hessian(f, x, sparse=True)``) gives one returning a ``scipy.sparse.csr_matrix``.
+    ``params`` are further variables passed as a second vector ``p`` (data, not
+    differentiated). ``backend``: ``"numba"`` (straight-line kernels), ``"vm"`` (the
+    pre-compiled interpreter, ready at once for large graphs), ``"python"`` (the
+    reference interpreter) or ``"auto"``.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
@@ -315,6 +353,8 @@ def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") 
     array([[4., 2.],
            [2., 0.]])
     """
+    if isinstance(outputs, SparseExprs):
+        return _make(outputs.exprs, inputs, params, backend, (outputs.nnz,), False, outputs)
     roots = as_expr_list(outputs)
     scalar = isinstance(outputs, Expr) or isinstance(outputs, (int, float))
     return _make(roots, inputs, params, backend, () if scalar else np.shape(outputs), scalar)

@@ -39,6 +39,15 @@ def const_key(v: float) -> Any:
     return v if v == v and v != 0.0 else float_bits(v)
 
 
+class TracingError(TypeError):
+    """A symbolic value was used where Python or NumPy needs a concrete number.
+
+    Raised for ``if x > 0:`` on an expression, ``float(x)``, ``math.sin(x)`` and NumPy
+    functions that cannot build expressions; the message names the construct and the
+    symbolic alternative.
+    """
+
+
 class Expr:
     """A node of the expression DAG; build it with operators and ``sg.*`` functions.
 
@@ -82,16 +91,22 @@ class Expr:
         return eq if eq is NotImplemented else not eq
 
     def __bool__(self) -> bool:
-        raise TypeError(
-            f"the truth value of the symbolic expression {self.op.name}(...) is unknown "
-            "until it is evaluated; use sg.where(cond, a, b) (or sg.maximum / sg.minimum / "
-            "sg.abs) instead of a Python if / and / or / max"
+        raise TracingError(
+            f"the truth value of the symbolic expression {_short(self)} is unknown until it is "
+            "evaluated: a Python if / and / or / max / min on a traced value cannot be compiled; use "
+            "sg.where(cond, a, b) (or sg.maximum / sg.minimum / sg.abs, np.where / np.maximum on arrays)"
         )
 
     def __float__(self) -> float:
         if self.op.name == "const":
             return self.payload
-        raise TypeError(f"cannot convert the symbolic expression {self} to float; use sg.evaluate")
+        raise TracingError(f"cannot convert the symbolic expression {_short(self)} to float (math.* "
+                           "functions and float() need numbers): use sg.sin / np.sin ... on expressions, "
+                           "sg.evaluate for a value")
+
+    def __index__(self) -> int:
+        raise TracingError(f"the symbolic expression {_short(self)} cannot be used as an integer "
+                           "(an index, a range or a shape); pass such values as static arguments")
 
     def __repr__(self) -> str:
         return str(self)
@@ -113,11 +128,20 @@ class Expr:
             raise AttributeError(f"only constants have a value, not {self.op.name} nodes")
         return self.payload
 
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        fn = build.UFUNCS.get(ufunc)
-        if fn is None or method != "__call__" or kwargs:
-            return NotImplemented
-        return fn(*inputs)
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from symgrad.expr import arrays  # builds on build's functions, which build on Expr
+
+        return arrays.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        from symgrad.expr import arrays
+
+        return arrays.array_function(func, args, kwargs)
+
+
+def _short(e: Expr) -> str:
+    text = printing.to_str(e)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # key -> weak reference; a reference's callback drops its key when the node dies.

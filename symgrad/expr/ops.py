@@ -196,19 +196,23 @@ relu = _row("relu", 1, lambda a: np.maximum(a, 0.0), "np.maximum({0}, 0.0)", (la
             to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
-lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), to_sympy=_sympy_cmp(sympy.Lt),
+lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), ufunc=np.less,
+          to_sympy=_sympy_cmp(sympy.Lt),
           branch=_cmp(np.less), **_infix(" < ", CMP, CMP + 1, CMP + 1))
-le = _row("le", 2, _cmp(np.less_equal), "(1.0 if {0} <= {1} else 0.0)", (None, None),
+le = _row("le", 2, _cmp(np.less_equal), "(1.0 if {0} <= {1} else 0.0)", (None, None), ufunc=np.less_equal,
           to_sympy=_sympy_cmp(sympy.Le),
           branch=_cmp(np.less_equal), **_infix(" <= ", CMP, CMP + 1, CMP + 1, r" \leq "))
-gt = _row("gt", 2, _cmp(np.greater), "(1.0 if {0} > {1} else 0.0)", (None, None), to_sympy=_sympy_cmp(sympy.Gt),
+gt = _row("gt", 2, _cmp(np.greater), "(1.0 if {0} > {1} else 0.0)", (None, None), ufunc=np.greater,
+          to_sympy=_sympy_cmp(sympy.Gt),
           branch=_cmp(np.greater), **_infix(" > ", CMP, CMP + 1, CMP + 1))
-ge = _row("ge", 2, _cmp(np.greater_equal), "(1.0 if {0} >= {1} else 0.0)", (None, None),
+ge = _row("ge", 2, _cmp(np.greater_equal), "(1.0 if {0} >= {1} else 0.0)", (None, None), ufunc=np.greater_equal,
           to_sympy=_sympy_cmp(sympy.Ge), branch=_cmp(np.greater_equal),
           **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "))
-eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None), commutative=True,
+eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None), ufunc=np.equal,
+          commutative=True,
           to_sympy=_sympy_cmp(sympy.Eq), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0")
-ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), commutative=True,
+ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), ufunc=np.not_equal,
+          commutative=True,
           to_sympy=_sympy_cmp(sympy.Ne), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0")
 where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
              (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
