@@ -16,6 +16,7 @@ from symgrad.expr.diff import diff, jvp
 from symgrad.expr.interp import evaluate
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex
+from symgrad.expr.serialize import FormatError, dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.sympy_bridge import from_sympy, to_sympy
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute

@@ -1,0 +1,154 @@
+"""Sparse Jacobians and Hessians against the dense ones, hvp, and SciPy's optimizers using them."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.sparse
+from graphs import VARS, dags, finite, points
+from hypothesis import HealthCheck, given, settings
+
+import symgrad as sg
+from symgrad.expr.sparsity import dependencies
+
+VM = dict(backend="vm")
+NAMES = [v.name for v in VARS]
+
+
+def rosen(x):
+    return np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosen_hessian(x):
+    """Extended Rosenbrock's tridiagonal Hessian, by hand (SciPy's rosen_hess, without the n x n array)."""
+    n = len(x)
+    diag = np.zeros(n)
+    diag[:-1] += 1200 * x[:-1] ** 2 - 400 * x[1:] + 2
+    diag[1:] += 200
+    off = -400 * x[:-1]
+    return scipy.sparse.diags([off, diag, off], [-1, 0, 1], format="csr")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(max_ops=8), points)
+def test_sparse_hessian_equals_the_dense_one(f, at):
+    """Every structural zero is a true zero, every stored entry the dense entry."""
+    H = sg.hessian(f, VARS, sparse=True)
+    values = dict(zip(NAMES, at))
+    dense = np.array(sg.evaluate(sg.hessian(f, VARS), values), dtype=float)
+    got = np.zeros((3, 3))
+    data = np.array(sg.evaluate(H.exprs, values), dtype=float) if H.nnz else np.zeros(0)
+    for i in range(3):
+        for k in range(H.indptr[i], H.indptr[i + 1]):
+            got[i, H.indices[k]] = data[k]
+    if finite(dense, got):
+        np.testing.assert_allclose(got, dense, rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(max_ops=8), dags(max_ops=8), points)
+def test_sparse_jacobian_equals_the_dense_one(f, g, at):
+    J = sg.jacobian([f, g, VARS[0] * 2.0], VARS, sparse=True)
+    values = dict(zip(NAMES, at))
+    dense = np.array(sg.evaluate(sg.jacobian([f, g, VARS[0] * 2.0], VARS), values), dtype=float)
+    got = np.array(sg.evaluate(J.to_dense(), values), dtype=float)
+    if finite(dense, got):
+        np.testing.assert_allclose(got, dense, rtol=1e-9, atol=1e-12)
+
+
+def test_the_pattern_skips_arguments_without_derivative():
+    x, y, z = VARS
+    assert dependencies([sg.where(x > y, z, 2 * z), sg.floor(x) * y], [x, y, z]) == [
+        frozenset({2}), frozenset({1})]
+    H = sg.hessian(x * y + sg.sin(z), [x, y, z], sparse=True)
+    assert (H.indptr.tolist(), H.indices.tolist(), [str(e) for e in H.exprs]) == (
+        [0, 1, 2, 3], [1, 0, 2], ["1", "1", "-sin(x2)"])
+
+
+def test_rosenbrock_10k_hessian_is_tridiagonal_and_never_dense():
+    n = 10_000
+    x = np.linspace(-1.2, 1.3, n)
+    tracemalloc.start()
+    try:
+        h = sg.hessian(rosen, sparse=True)
+        H = h(x)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(H, scipy.sparse.csr_matrix) and H.shape == (n, n) and H.nnz == 3 * n - 2
+    assert abs(H - rosen_hessian(x)).max() <= 1e-12 * abs(rosen_hessian(x)).max()
+    assert peak < n * n * 8 / 4, f"peak {peak / 1e6:.0f} MB: something n x n was allocated"
+    assert h.trace(x).derivatives.nnz == 3 * n - 2
+
+
+def test_sparse_jacobian_of_a_traced_function():
+    f = lambda x: np.concatenate([x[1:] - x[:-1] ** 2, [np.sum(x)]])
+    x = np.array([0.5, -1.0, 2.0, 0.25])
+    J = sg.jacobian(f, sparse=True, **VM)(x)
+    dense = sg.jacobian(f, **VM)(x)
+    np.testing.assert_array_equal(J.toarray(), dense)
+    assert J.nnz == 2 * 3 + 4
+
+
+def test_hvp_of_an_expression():
+    x, y, z = VARS
+    f = x * x * y + sg.exp(y * z)
+    hv = sg.hvp(f, [x, y, z], **VM)
+    at, v = np.array([0.5, 1.5, -0.5]), np.array([1.0, -2.0, 3.0])
+    H = np.array(sg.evaluate(sg.hessian(f, [x, y, z]), dict(zip(NAMES, at))), dtype=float)
+    np.testing.assert_allclose(hv(at, v), H @ v, rtol=1e-13)
+
+
+# ---- SciPy ----------------------------------------------------------------------------------
+
+X0 = np.array([-1.2, 1.0] * 25)
+
+
+def test_minimize_with_jac_true_takes_the_value_and_gradient_directly():
+    vg = sg.value_and_grad(rosen, **VM)
+    res = scipy.optimize.minimize(vg, X0, jac=True, method="L-BFGS-B", options=dict(maxiter=5000))
+    assert res.success and np.allclose(res.x, 1.0, atol=1e-4)
+    x, y = sg.symbols("x y")
+    vg2 = sg.value_and_grad((1 - x) ** 2 + 100 * (y - x * x) ** 2, [x, y], **VM)
+    assert np.allclose(scipy.optimize.minimize(vg2, [-1.2, 1.0], jac=True, method="BFGS").x, 1.0, atol=1e-5)
+
+
+TIGHT = {"trust-constr": dict(xtol=1e-14, gtol=1e-10), "Newton-CG": dict(xtol=1e-12)}
+
+
+@pytest.mark.parametrize("method", list(TIGHT))
+def test_second_order_methods_with_the_sparse_hessian(method):
+    """The same path as SciPy's hand-written rosen_der / rosen_hess (from this start, extended
+    Rosenbrock has a local minimum near x[0] = -1 besides the global one at 1)."""
+    vg = sg.value_and_grad(rosen, **VM)
+    hess = sg.hessian(rosen, sparse=True, **VM)
+    options = dict(maxiter=3000) | TIGHT[method]
+    res = scipy.optimize.minimize(vg, X0, jac=True, hess=hess, method=method, options=options)
+    ref = scipy.optimize.minimize(scipy.optimize.rosen, X0, jac=scipy.optimize.rosen_der,
+                                  hess=scipy.optimize.rosen_hess, method=method, options=options)
+    assert np.allclose(res.x, ref.x, atol=1e-6), (method, res.message)
+    assert np.linalg.norm(vg(res.x)[1]) < 1e-6
+
+
+def test_newton_cg_with_hessian_vector_products():
+    vg = sg.value_and_grad(rosen, **VM)
+    hv = sg.hvp(rosen, **VM)
+    options = dict(maxiter=3000, xtol=1e-12)
+    res = scipy.optimize.minimize(vg, X0, jac=True, hessp=hv, method="Newton-CG", options=options)
+    ref = scipy.optimize.minimize(scipy.optimize.rosen, X0, jac=scipy.optimize.rosen_der,
+                                  hessp=scipy.optimize.rosen_hess_prod, method="Newton-CG", options=options)
+    assert np.allclose(res.x, ref.x, atol=1e-6) and np.linalg.norm(vg(res.x)[1]) < 1e-6
+
+
+def test_least_squares_with_the_compiled_jacobian():
+    t = np.linspace(0, 3, 40)
+    y = 2.5 * np.exp(-1.3 * t) + 0.5
+
+    def residuals(p, t, y):
+        return p[0] * np.exp(-p[1] * t) + p[2] - y
+
+    fun = sg.jit(residuals, **VM)
+    for jac in (sg.jacobian(residuals, **VM), sg.jacobian(residuals, sparse=True, **VM)):
+        res = scipy.optimize.least_squares(fun, [1.0, 1.0, 0.0], jac=jac, args=(t, y))
+        np.testing.assert_allclose(res.x, [2.5, 1.3, 0.5], rtol=1e-8)

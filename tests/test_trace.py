@@ -1,0 +1,226 @@
+"""Tracing Python functions: values and derivatives against NumPy and finite differences,
+NumPy on symbolic values, argument handling and the errors for untraceable code."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symgrad as sg
+from symgrad.expr.arrays import ELEMENTWISE, SymArray
+
+VM = dict(backend="vm")
+rng = np.random.default_rng(0)
+
+
+def fd_grad(f, x, *rest, h=1e-6):
+    """Central differences of a float function of the array ``x`` (same shape as x)."""
+    x = np.asarray(x, dtype=float)
+    g = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (f(x + e, *rest) - f(x - e, *rest)) / (2 * h)
+    return g
+
+
+def mlp(x, W, b, v):
+    return np.sum(v * np.tanh(W @ x + b)) ** 2
+
+
+def rosen(x):
+    return np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+ARGS = (rng.normal(size=3), rng.normal(size=(4, 3)), rng.normal(size=4), rng.normal(size=4))
+
+
+def test_grad_of_each_argument_matches_finite_differences():
+    x, W, b, v = ARGS
+    vg = sg.value_and_grad(mlp, argnums=(0, 1, 2, 3), **VM)
+    value, grads = vg(x, W, b, v)
+    assert value == pytest.approx(mlp(x, W, b, v), rel=1e-12)
+    for k, g in enumerate(grads):
+        assert g.shape == ARGS[k].shape
+        f_k = lambda a, k=k: mlp(*ARGS[:k], a, *ARGS[k + 1:])
+        np.testing.assert_allclose(g, fd_grad(f_k, ARGS[k]), rtol=1e-6, atol=1e-8)
+
+
+def test_an_int_argnums_gives_one_gradient_and_other_arguments_are_data():
+    x, W, b, v = ARGS
+    g = sg.grad(mlp, argnums=1, **VM)
+    np.testing.assert_allclose(g(x, W, b, v), fd_grad(lambda a: mlp(x, a, b, v), W), rtol=1e-6, atol=1e-8)
+    # New data values, same shapes: the same trace, new results.
+    W2 = W * 0.5
+    np.testing.assert_allclose(g(x * 2, W2, b, v), fd_grad(lambda a: mlp(x * 2, a, b, v), W2), rtol=1e-6,
+                               atol=1e-8)
+    assert len(g._traces) == 1
+    assert g.compiled.program.inputs[:2] == ("W[0, 0]", "W[0, 1]")
+    assert g.compiled.program.params[:2] == ("x[0]", "x[1]")
+
+
+def test_scalar_arguments_and_scalar_gradients():
+    f = lambda a, b: a * b + sg.sin(a) / b
+    assert sg.grad(f, argnums=(0, 1), **VM)(2.0, 3.0) == pytest.approx(
+        (3 + math.cos(2) / 3, 2 - math.sin(2) / 9), rel=1e-14)
+    assert sg.grad(f, 1, **VM)(2.0, 3.0) == pytest.approx(2 - math.sin(2) / 9, rel=1e-14)
+    assert isinstance(sg.grad(f, **VM)(2.0, 3.0), float)
+
+
+def test_traced_once_per_shape_and_static_arguments_retrace():
+    calls = []
+
+    def f(x, power):
+        calls.append(power)
+        return np.sum(x ** power)
+
+    g = sg.grad(f, static_argnums=1, **VM)
+    np.testing.assert_allclose(g(np.array([1.0, 2.0]), 3), [3.0, 12.0])
+    np.testing.assert_allclose(g(np.array([2.0, 1.0]), 3), [12.0, 3.0])
+    np.testing.assert_allclose(g(np.array([2.0, 1.0, 1.0]), 3), [12.0, 3.0, 3.0])
+    np.testing.assert_allclose(g(np.array([2.0, 1.0]), 2), [4.0, 2.0])
+    assert calls == [3, 3, 2]
+
+
+def test_keyword_arguments_static_and_data():
+    def f(x, *, scale, mode):
+        return scale * np.sum(np.exp(x) if mode == "exp" else x ** 2)
+
+    g = sg.grad(f, static_argnames="mode", **VM)
+    x = np.array([0.5, -1.0])
+    np.testing.assert_allclose(g(x, scale=2.0, mode="exp"), 2 * np.exp(x), rtol=1e-14)
+    np.testing.assert_allclose(g(x, scale=3.0, mode="sq"), 6 * x, rtol=1e-14)
+
+
+def test_jit_returns_arrays_scalars_and_tuples():
+    @sg.jit(**VM)
+    def f(x, y):
+        return x * y, np.sum(np.sin(x)), np.outer(x, x)
+
+    x = np.array([0.3, -0.7, 1.1])
+    a, s, o = f(x, 2.0)
+    np.testing.assert_allclose(a, x * 2.0, rtol=1e-15)
+    assert s == pytest.approx(np.sum(np.sin(x)), rel=1e-14)
+    np.testing.assert_allclose(o, np.outer(x, x), rtol=1e-15)
+    assert sg.jit(lambda x: np.linalg.norm(x), **VM)(x) == pytest.approx(np.linalg.norm(x), rel=1e-14)
+
+
+def test_jacobian_and_hessian_shapes_follow_jax():
+    x, W, b, v = ARGS
+    J = sg.jacobian(lambda W, x: np.tanh(W @ x), **VM)(W, x)
+    assert J.shape == (4, 4, 3)
+    fd = np.stack([fd_grad(lambda a, i=i: np.tanh(a @ x)[i], W) for i in range(4)])
+    np.testing.assert_allclose(J, fd, rtol=1e-6, atol=1e-8)
+    H = sg.hessian(rosen, **VM)(np.array([1.0, 2.0, 3.0]))
+    g = sg.grad(rosen, **VM)
+    ref = np.array([fd_grad(lambda a, i=i: g(a)[i], np.array([1.0, 2.0, 3.0])) for i in range(3)])
+    np.testing.assert_allclose(H, ref, rtol=1e-6, atol=1e-6)
+    blocks = sg.hessian(mlp, argnums=(0, 2), **VM)(x, W, b, v)
+    assert [[blk.shape for blk in row] for row in blocks] == [[(3, 3), (3, 4)], [(4, 3), (4, 4)]]
+    np.testing.assert_allclose(blocks[0][1], blocks[1][0].T, rtol=1e-12)
+
+
+def test_hvp_is_the_hessian_times_v():
+    x, W, b, v = ARGS
+    H = sg.hessian(mlp, argnums=1, **VM)(x, W, b, v).reshape(12, 12)
+    V = rng.normal(size=(4, 3))
+    hv = sg.hvp(mlp, argnums=1, **VM)(x, W, b, v, V)
+    assert hv.shape == W.shape
+    np.testing.assert_allclose(hv.ravel(), H @ V.ravel(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sg.hvp(mlp, argnums=1, **VM)(x, W, b, v, v=V), hv, rtol=1e-15)
+
+
+def test_inspection_formulas_and_source():
+    g = sg.grad(lambda x: x[0] * x[1] + np.sin(x[0]), **VM)
+    with pytest.raises(RuntimeError, match="not been traced"):
+        g.formulas()
+    g(np.array([1.0, 2.0]))
+    assert g.formulas().splitlines() == ["f = x[0]*x[1] + sin(x[0])", "df/dx[0] = x[1] + cos(x[0])",
+                                         "df/dx[1] = x[0]"]
+    assert str(g.exprs) == "x[0]*x[1] + sin(x[0])"
+    assert [str(d) for d in g.derivatives] == ["x[1] + cos(x[0])", "x[0]"]
+    assert "sin" in g.source
+    t = g.trace(np.zeros(3))
+    assert t.arguments["x"].shape == (3,) and t.compiled.program.inputs == ("x[0]", "x[1]", "x[2]")
+    assert "d2f/dx[0]dx[1] = 1" in sg.hessian(lambda x: x[0] * x[1], **VM).trace(np.zeros(2)).formulas()
+
+
+def test_the_numba_backend_runs_traced_functions():
+    vg = sg.value_and_grad(lambda x, y: x ** 2 * y + np.exp(x), backend="numba")
+    value, g = vg(1.5, 2.0)
+    assert value == pytest.approx(1.5 ** 2 * 2 + math.exp(1.5), rel=1e-15)
+    assert g == pytest.approx(2 * 1.5 * 2 + math.exp(1.5), rel=1e-15)
+    assert vg.compiled.backend == "numba"
+
+
+# ---- NumPy on symbolic values ------------------------------------------------------------------
+
+@pytest.mark.parametrize("ufunc", sorted(ELEMENTWISE, key=lambda u: u.__name__), ids=lambda u: u.__name__)
+def test_every_supported_ufunc_builds_what_numpy_computes(ufunc):
+    a, b = np.array([0.3, 0.7, 1.9]), np.array([1.2, -0.4, 0.6])
+    sa, sb = (sg.vector(n, 3).view(SymArray) for n in "ab")
+    exprs = ufunc(*(sa, sb)[: ufunc.nin])
+    assert isinstance(exprs, SymArray)
+    got = np.array([sg.evaluate(e, {**{f"a[{i}]": a[i] for i in range(3)}, **{f"b[{i}]": b[i] for i in range(3)}})
+                    for e in exprs], dtype=float)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(got, ufunc(*(a, b)[: ufunc.nin]).astype(float), rtol=1e-14, equal_nan=True)
+
+
+def test_numpy_functions_that_need_values_or_floats_raise_clear_errors():
+    x = np.array([1.0, -2.0])
+
+    def branchy(x):
+        if x[0] > 0:
+            return x[0]
+        return -x[0]
+
+    with pytest.raises(sg.TracingError, match=r"Python if .* sg\.where"):
+        sg.grad(branchy, **VM)(x)
+    with pytest.raises(sg.TracingError, match=r"np\.isnan is not supported .* np\.sin"):
+        sg.grad(lambda x: np.sum(np.isnan(x)), **VM)(x)
+    with pytest.raises(sg.TracingError, match=r"np\.sort needs the values"):
+        sg.grad(lambda x: np.sort(x)[0], **VM)(x)
+    with pytest.raises(sg.TracingError, match=r"np\.linalg\.solve cannot run on symbolic arrays"):
+        sg.grad(lambda x: np.sum(np.linalg.solve(np.eye(2), x)), **VM)(x)
+    with pytest.raises(sg.TracingError, match=r"math\.\* functions .* sg\.sin"):
+        sg.grad(lambda x: math.sin(x[0]), **VM)(x)
+    with pytest.raises(sg.TracingError, match="static arguments"):
+        sg.grad(lambda x: x[0] * len(range(x[1])), **VM)(x)
+    with pytest.raises(sg.TracingError, match="out="):
+        sg.grad(lambda x: np.sin(x, out=np.empty(2))[0], **VM)(x)
+
+
+def test_where_maximum_and_clip_work_on_arrays_and_differentiate_the_taken_branch():
+    f = lambda x: np.sum(np.where(x > 0, np.log(np.abs(x) + 1e-300), 0.0) + np.clip(x, -1, 1) + np.maximum(x, 0))
+    x = np.array([2.0, -3.0, 0.5])
+    g = sg.grad(f, **VM)(x)
+    np.testing.assert_allclose(g, [1 / 2 + 0 + 1, 0 + 0 + 0, 2 + 1 + 1], rtol=1e-14)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="argument 's' is str.*static"):
+        sg.grad(lambda x, s: x, **VM)(1.0, "abc")
+    with pytest.raises(TypeError, match="must return one scalar, got shape \\(2,\\).*sg.jacobian"):
+        sg.grad(lambda x: x, **VM)(np.ones(2))
+    with pytest.raises(TypeError, match="static argument 1 must be hashable"):
+        sg.grad(lambda x, opts: x, static_argnums=1, **VM)(1.0, [1])
+    with pytest.raises(TypeError, match="argnums 2 is not a traced positional argument"):
+        sg.grad(lambda x: x, argnums=2, **VM)(1.0)
+    with pytest.raises(TypeError, match="expected a function"):
+        sg.jit(3)
+    with pytest.raises(ValueError, match="sparse=True is for"):
+        sg.grad(lambda x: x, sparse=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-2, 2), min_size=2, max_size=6))
+def test_traced_gradient_matches_the_expression_api(xs):
+    x = np.array(xs)
+    f = lambda x: np.sum(np.tanh(x[1:] * x[:-1])) + np.sum(x ** 2 / (1 + x[::-1] ** 2))
+    s = sg.vector("x", len(x))
+    ref = sg.evaluate(sg.grad(f(s.view(SymArray)), s), {f"x[{i}]": v for i, v in enumerate(x)})
+    np.testing.assert_allclose(sg.grad(f, backend="python")(x), np.array(ref, dtype=float), rtol=1e-12,
+                               atol=1e-14)
