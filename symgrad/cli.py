@@ -1,21 +1,27 @@
 """The ``symgrad`` command: a formula's derivatives, value, gradient and check at a point.
 
     symgrad "x*y + sin(x)" --at x=2,y=3
+    symgrad "a*exp(-b*t)" --wrt a,b --at a=1,b=2,t=0.5 --hessian --json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 import time
 import timeit
+from typing import Any
 
 import numpy as np
 
 from symgrad.check import check_grad
-from symgrad.compile.function import BACKENDS, value_and_grad
-from symgrad.expr.diff import grad
+from symgrad.compile.function import BACKENDS, compile, value_and_grad
+from symgrad.expr.build import Var
+from symgrad.expr.diff import grad, hessian
 from symgrad.expr.printing import format as format_exprs
+from symgrad.expr.printing import latex
 from symgrad.expr.traverse import free_variables
 from symgrad.parse import ParseError, parse
 
@@ -41,63 +47,137 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="symgrad", description="Exact derivatives of a formula, checked.")
     p.add_argument("formula", help='for example "x*y + sin(x)"')
     p.add_argument("--at", default="", help="the point, for example x=2,y=3")
+    p.add_argument("--wrt", default="", help="differentiate with respect to these (default: every variable); "
+                   "the others are parameters that still need a value in --at")
+    p.add_argument("--hessian", action="store_true", help="also the Hessian: formulas and values")
+    p.add_argument("--latex", action="store_true", help="also LaTeX for the formula and its derivatives")
+    p.add_argument("--check", action="store_true", help="exit with status 1 if the gradient check fails")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="what evaluates the compiled function")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
 
-def _per_call(fn, x: np.ndarray) -> float:
+def _per_call(fn, x: np.ndarray, p: np.ndarray) -> float:
     """Seconds per call, the best of 3 runs of about 0.1 s each."""
-    timer = timeit.Timer(lambda: fn(x))
+    timer = timeit.Timer(lambda: fn(x, p))
     number, _ = timer.autorange()
     return min(timer.repeat(3, max(1, number // 2))) / max(1, number // 2)
 
 
+def _wrt(text: str, variables: list) -> list:
+    if not text:
+        return variables
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unused = [n for n in names if Var(n) not in variables]
+    if unused:
+        raise CliError(f"--wrt: the formula does not use {', '.join(unused)}")
+    return [Var(n) for n in names]
+
+
+def _number(v: float) -> Any:
+    """A float for JSON: non-finite values as the strings "nan", "inf", "-inf"."""
+    v = float(v)
+    return v if math.isfinite(v) else str(v)
+
+
+def derivatives(argv: list[str]) -> dict[str, Any]:
+    """Carry out the command and return its results as a dict (what --json prints).
+
+    >>> derivatives(["x*y", "--wrt", "x"])["gradient"]
+    {'x': 'y'}
+    """
+    args = _parser().parse_args(argv)
+    f = parse(args.formula)
+    variables = free_variables(f)
+    wrt = _wrt(args.wrt, variables)
+    params = [v for v in variables if v not in wrt]
+    names, pnames = [v.name for v in wrt], [v.name for v in params]
+    g = grad(f, wrt)
+    out: dict[str, Any] = {"formula": str(f), "variables": [v.name for v in variables], "wrt": names,
+                           "gradient": {n: str(e) for n, e in zip(names, g)}}
+    H = hessian(f, wrt) if args.hessian else None
+    if H is not None:
+        out["hessian"] = [[str(e) for e in row] for row in H]
+    if args.latex:
+        out["latex"] = {"f": latex(f), **{f"df/d{n}": latex(e) for n, e in zip(names, g)}}
+        if H is not None:
+            out["latex"] |= {f"d2f/d{a}d{b}": latex(H[i, j]) for i, a in enumerate(names)
+                             for j, b in enumerate(names) if j >= i}
+    out["_text"] = {"f": f, "g": g, "H": H}
+    if not args.at:
+        return out
+    point = _point(args.at)
+    unknown = sorted(set(point) - {v.name for v in variables})
+    if unknown:
+        raise CliError(f"--at gives {', '.join(unknown)}, which the formula does not use")
+    missing = [v.name for v in variables if v.name not in point]
+    if missing:
+        raise CliError(f"--at gives no value for {', '.join(missing)}")
+    start = time.perf_counter()
+    vg = value_and_grad(f, wrt, params, backend=args.backend)
+    x, p = np.array([point[n] for n in names]), np.array([point[n] for n in pnames])
+    value, gvals = vg(x, p)
+    ready = time.perf_counter() - start
+    out.update(at=point, value=_number(value), gradient_values=dict(zip(names, map(_number, gvals))),
+               backend=vg.backend, n_ops=vg.n_ops, ready_s=ready, per_call_us=_per_call(vg, x, p) * 1e6)
+    if H is not None:
+        hvals = compile(H, wrt, params, backend=args.backend)(x, p) if wrt else np.zeros((0, 0))
+        out["hessian_values"] = [[_number(v) for v in row] for row in hvals]
+    report = check_grad(f, wrt, point)
+    out["check"] = {"ok": report.ok, "status": dict(zip(report.names, report.status)),
+                    "errors": dict(zip(report.names, map(_number, report.error)))}
+    out["_text"]["report"] = report
+    return out
+
+
+def _text(out: dict[str, Any]) -> str:
+    f, g, H = out["_text"]["f"], out["_text"]["g"], out["_text"]["H"]
+    names = out["wrt"]
+    lines = [f"f({', '.join(out['variables'])}) = {f}"]
+    lines += [f"df/d{n} = {format_exprs(e)}" for n, e in zip(names, g)]
+    if H is not None:
+        lines += [f"d2f/d{a}d{b} = {format_exprs(H[i, j])}" for i, a in enumerate(names)
+                  for j, b in enumerate(names) if j >= i]
+    if "latex" in out:
+        lines += [f"latex {k}: {v}" for k, v in out["latex"].items()]
+    if "value" not in out:
+        return "\n".join(lines)
+    lines.append(f"at {', '.join(f'{n} = {v:g}' for n, v in out['at'].items())}:")
+    lines.append(f"  f = {out['value']!r}")
+    lines += [f"  df/d{n} = {v!r}" for n, v in out["gradient_values"].items()]
+    if H is not None:
+        lines += [f"  d2f/d{a}d{b} = {out['hessian_values'][i][j]!r}" for i, a in enumerate(names)
+                  for j, b in enumerate(names) if j >= i]
+    lines.append(f"compiled value-and-gradient ({out['backend']}, {out['n_ops']} ops): ready in "
+                 f"{out['ready_s']:.2f} s, {out['per_call_us']:.2f} us per call")
+    lines.append("gradient check against central finite differences:")
+    lines += ["  " + line for line in str(out["_text"]["report"]).splitlines()]
+    return "\n".join(lines)
+
+
 def run(argv: list[str]) -> str:
-    """Carry out the command and return its output text.
+    """Carry out the command and return its output text (JSON with ``--json``).
 
     >>> print(run(["x*y", "--at", "x=2,y=3"]).splitlines()[0])
     f(x, y) = x*y
     """
-    args = _parser().parse_args(argv)
-    f = parse(args.formula)
-    xs = free_variables(f)
-    names = [v.payload for v in xs]
-    g = grad(f, xs)
-    lines = [f"f({', '.join(names)}) = {f}"]
-    lines += [f"df/d{n} = {format_exprs(e)}" for n, e in zip(names, g)]
-    if not args.at:
-        return "\n".join(lines)
-    point = _point(args.at)
-    unknown = sorted(set(point) - set(names))
-    if unknown:
-        raise CliError(f"--at gives {', '.join(unknown)}, which the formula does not use")
-    missing = [n for n in names if n not in point]
-    if missing:
-        raise CliError(f"--at gives no value for {', '.join(missing)}")
-    start = time.perf_counter()
-    vg = value_and_grad(f, xs, backend=args.backend)
-    x = np.array([point[n] for n in names])
-    value, gvals = vg(x)
-    ready = time.perf_counter() - start
-    lines.append(f"at {', '.join(f'{n} = {point[n]:g}' for n in names)}:")
-    lines.append(f"  f = {value!r}")
-    lines += [f"  df/d{n} = {float(v)!r}" for n, v in zip(names, gvals)]
-    lines.append(f"compiled value-and-gradient ({vg.backend}, {vg.n_ops} ops): ready in {ready:.2f} s, "
-                 f"{_per_call(vg, x) * 1e6:.2f} us per call")
-    report = check_grad(f, xs, [point[n] for n in names])
-    lines.append("gradient check against central finite differences:")
-    lines += ["  " + line for line in str(report).splitlines()]
-    return "\n".join(lines)
+    out = derivatives(argv)
+    if "--json" in argv:
+        return json.dumps({k: v for k, v in out.items() if k != "_text"}, indent=2)
+    return _text(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``symgrad`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        print(run(sys.argv[1:] if argv is None else argv))
+        out = derivatives(argv)
     except (CliError, ParseError) as err:
         print(f"symgrad: {err}", file=sys.stderr)
         return 2
-    return 0
+    print(json.dumps({k: v for k, v in out.items() if k != "_text"}, indent=2) if "--json" in argv else _text(out))
+    failed = "check" in out and not out["check"]["ok"]
+    return 1 if failed and "--check" in argv else 0
 
 
 if __name__ == "__main__":

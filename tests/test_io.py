@@ -1,5 +1,6 @@
 """Printing, LaTeX, the SymPy bridge, the interpreter's inputs, check_grad, parse and the CLI."""
 
+import json
 import math
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 import sympy
 
 import symgrad as sg
+from symgrad import cli
 from symgrad.cli import main
 from symgrad.parse import ParseError
 
@@ -171,3 +173,45 @@ def test_quickstart_example_runs():
     script = pathlib.Path(__file__).parent.parent / "examples" / "quickstart.py"
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
     assert "df/dx    = y + cos(x)" in out and "f = 6.909297426826" in out and out.strip().endswith("ok")
+
+
+def test_cli_wrt_hessian_latex_and_json(capsys):
+    argv = ["a*exp(-b*t)", "--wrt", "a,b", "--at", "a=1,b=2,t=0.5", "--hessian", "--latex", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["wrt"] == ["a", "b"] and out["variables"] == ["a", "b", "t"]
+    assert out["gradient"] == {"a": "exp(-(b*t))", "b": "-(a*exp(-(b*t))*t)"}
+    e = math.exp(-1.0)
+    assert out["value"] == pytest.approx(e, rel=1e-15)
+    assert out["gradient_values"] == pytest.approx({"a": e, "b": -0.5 * e}, rel=1e-15)
+    assert np.allclose(out["hessian_values"], [[0, -0.5 * e], [-0.5 * e, 0.25 * e]], rtol=1e-15)
+    assert out["hessian"][1][1] == "a*t*exp(-(b*t))*t" and out["latex"]["f"].startswith("a \\cdot e^{")
+    assert "d2f/dbdb" in out["latex"] and out["check"]["ok"] and out["check"]["status"] == {"a": "ok", "b": "ok"}
+    assert main(["a*exp(-b*t)", "--wrt", "b", "--hessian"]) == 0
+    text = capsys.readouterr().out
+    assert "df/db = -(a*exp(-(b*t))*t)" in text and "d2f/dbdb = a*t*exp(-(b*t))*t" in text and "df/da" not in text
+
+
+def test_cli_json_writes_non_finite_values_as_strings(capsys):
+    assert main(["log(x)", "--at", "x=0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["value"] == "-inf" and out["gradient_values"] == {"x": "inf"}
+
+
+def test_cli_check_sets_the_exit_status(capsys, monkeypatch):
+    assert main(["x*y", "--at", "x=2,y=3", "--check"]) == 0
+    real = cli.check_grad
+
+    def wrong(f, wrt, point):  # as if the symbolic gradient were off by 1
+        return real(f, wrt, point, grad_exprs=[g + 1.0 for g in sg.grad(f, wrt)])
+
+    monkeypatch.setattr(cli, "check_grad", wrong)
+    assert main(["x*y", "--at", "x=2,y=3"]) == 0
+    assert main(["x*y", "--at", "x=2,y=3", "--check"]) == 1
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_cli_wrt_errors_are_one_line(capsys):
+    assert main(["x*y", "--wrt", "z"]) == 2
+    err = capsys.readouterr().err
+    assert "--wrt: the formula does not use z" in err and err.count("\n") == 1
