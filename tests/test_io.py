@@ -215,3 +215,21 @@ def test_cli_wrt_errors_are_one_line(capsys):
     assert main(["x*y", "--wrt", "z"]) == 2
     err = capsys.readouterr().err
     assert "--wrt: the formula does not use z" in err and err.count("\n") == 1
+
+
+def test_progress_bars_on_a_terminal_only(capsys, monkeypatch):
+    from symgrad import progress
+
+    v = sg.vector("v", 3000)
+    f = np.sum(np.sin(v[1:] * v[:-1]))
+    monkeypatch.setattr(progress, "MIN_TOTAL", 1000)
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    sg.value_and_grad(f, v, backend="vm")  # stderr is captured, not a terminal: silent
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("SYMGRAD_PROGRESS", "1")
+    sg.value_and_grad(f, v, backend="vm")
+    err = capsys.readouterr().err
+    assert "gradient:" in err and "lowering:" in err and "nodes/s" in err
+    monkeypatch.setenv("SYMGRAD_PROGRESS", "0")
+    sg.value_and_grad(f, v, backend="vm")
+    assert capsys.readouterr().err == ""

@@ -18,6 +18,7 @@ import numpy as np
 from symgrad.expr.node import Expr, float_bits
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import as_expr_list, topo_order
+from symgrad.progress import CHUNK, progress
 
 # Pseudo-ops beyond the op table: load x[a], load p[a], load consts[a], store slot a as
 # output d (d = -1: the returned value).
@@ -227,27 +228,30 @@ def _schedule(order: list[Expr], roots: list[Expr], loads: dict, returns_value: 
             em.free.append(s)
         return s
 
-    for node in order:
-        if node in alias or node not in uses:  # not in uses: only an unrolled power's exponent
-            continue
-        name = node.op.name
-        if name == "var":
-            slot[node] = em.emit(*loads[node])
-        elif name == "const":
-            slot[node] = load_const(node.payload)
-        elif k := _special_power(node):
-            base = alias.get(node.args[0], node.args[0])
-            if k == 0.5:
-                slot[node] = em.emit(_SQRT, use(base))
+    with progress(len(order), "lowering") as update:
+        for step, node in enumerate(order):
+            if not step % CHUNK:
+                update(CHUNK)
+            if node in alias or node not in uses:  # not in uses: only an unrolled power's exponent
+                continue
+            name = node.op.name
+            if name == "var":
+                slot[node] = em.emit(*loads[node])
+            elif name == "const":
+                slot[node] = load_const(node.payload)
+            elif k := _special_power(node):
+                base = alias.get(node.args[0], node.args[0])
+                if k == 0.5:
+                    slot[node] = em.emit(_SQRT, use(base))
+                else:
+                    if k < 0 and one is None:
+                        one = load_const(1.0)
+                    slot[node] = _emit_power(em, slot[base], int(k), one)
+                    use(base)
             else:
-                if k < 0 and one is None:
-                    one = load_const(1.0)
-                slot[node] = _emit_power(em, slot[base], int(k), one)
-                use(base)
-        else:
-            args = [use(alias.get(a, a)) for a in node.args]
-            slot[node] = em.emit(node.op.code, *args)
-        for index in stores.get(node, ()):
-            em.rows.append((STORE, index, slot[node], 0, 0))
-            use(node)
+                args = [use(alias.get(a, a)) for a in node.args]
+                slot[node] = em.emit(node.op.code, *args)
+            for index in stores.get(node, ()):
+                em.rows.append((STORE, index, slot[node], 0, 0))
+                use(node)
     return em.rows, consts, em.n_slots

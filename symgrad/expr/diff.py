@@ -16,6 +16,7 @@ from symgrad.expr import ops
 from symgrad.expr.build import _as_expr, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
+from symgrad.progress import CHUNK, progress
 
 _ZERO = const(0.0)
 _ONE = const(1.0)
@@ -56,24 +57,33 @@ def _partial(node: Expr, i: int) -> Expr | None:
 @paused_gc()
 def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
     """Rows d outputs[k] / d wrt[j], one reverse sweep per output."""
-    active = _active(topo_order(outputs), wrt)
+    order = topo_order(outputs)
+    active = _active(order, wrt)
     rows = []
-    for out in outputs:
-        adj: dict[Expr, Expr] = {out: _ONE} if out in active else {}
-        for node in reversed(topo_order([out]) if adj else []):
-            g = adj.get(node) if node.op.name == "var" else adj.pop(node, None)
-            if g is None:
-                continue
-            for i, arg in enumerate(node.args):
-                if arg not in active:
-                    continue
-                p = _partial(node, i)
-                if p is not None:
-                    contrib = g if p is _ONE else g * p
-                    prev = adj.get(arg)
-                    adj[arg] = contrib if prev is None else prev + contrib
-        rows.append([adj.get(v, _ZERO) for v in wrt])
+    with progress(len(order) * len(outputs), "gradient") as update:
+        for out in outputs:
+            rows.append(_sweep(out, wrt, active, update))
     return rows
+
+
+def _sweep(out: Expr, wrt: list[Expr], active: set[Expr], update: Any) -> list[Expr]:
+    """One reverse sweep: d out / d wrt[j]."""
+    adj: dict[Expr, Expr] = {out: _ONE} if out in active else {}
+    for k, node in enumerate(reversed(topo_order([out]) if adj else [])):
+        if not k % CHUNK:
+            update(CHUNK)
+        g = adj.get(node) if node.op.name == "var" else adj.pop(node, None)
+        if g is None:
+            continue
+        for i, arg in enumerate(node.args):
+            if arg not in active:
+                continue
+            p = _partial(node, i)
+            if p is not None:
+                contrib = g if p is _ONE else g * p
+                prev = adj.get(arg)
+                adj[arg] = contrib if prev is None else prev + contrib
+    return [adj.get(v, _ZERO) for v in wrt]
 
 
 def _scalar(f: Any, who: str) -> Expr:
@@ -167,13 +177,22 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
         raise ValueError(f"jvp: {len(flat)} variables but {len(tans)} tangents")
     outs = as_expr_list(fs)
     tangent: dict[Expr, Expr] = {v: t for v, t in zip(flat, tans) if t is not _ZERO}
-    for node in topo_order(outs):
-        total = None
-        for i, arg in enumerate(node.args):
-            t = tangent.get(arg)
-            p = _partial(node, i) if t is not None else None
-            if p is not None:
-                total = p * t if total is None else total + p * t
-        if total is not None:
-            tangent[node] = total
+    order = topo_order(outs)
+    with progress(len(order), "forward mode") as update:
+        for k, node in enumerate(order):
+            if not k % CHUNK:
+                update(CHUNK)
+            _tangent(node, tangent)
     return _like(fs, [tangent.get(o, _ZERO) for o in outs])
+
+
+def _tangent(node: Expr, tangent: dict[Expr, Expr]) -> None:
+    """The tangent of ``node`` from its arguments' (none if they have none)."""
+    total = None
+    for i, arg in enumerate(node.args):
+        t = tangent.get(arg)
+        p = _partial(node, i) if t is not None else None
+        if p is not None:
+            total = p * t if total is None else total + p * t
+    if total is not None:
+        tangent[node] = total
