@@ -167,14 +167,6 @@ def test_console_script_runs():
     assert "df/dx = 2*x" in out and "df/dx = 6.0" in out
 
 
-def test_quickstart_example_runs():
-    import pathlib
-
-    script = pathlib.Path(__file__).parent.parent / "examples" / "quickstart.py"
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
-    assert "df/dx    = y + cos(x)" in out and "f = 6.909297426826" in out and out.strip().endswith("ok")
-
-
 def test_cli_wrt_hessian_latex_and_json(capsys):
     argv = ["a*exp(-b*t)", "--wrt", "a,b", "--at", "a=1,b=2,t=0.5", "--hessian", "--latex", "--json"]
     assert main(argv) == 0

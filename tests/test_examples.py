@@ -1,0 +1,68 @@
+"""Every example runs (as a user would run it) and prints what it claims."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+
+
+def run(name: str) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def number(pattern: str, text: str) -> float:
+    return float(re.search(pattern, text).group(1))
+
+
+def test_quickstart():
+    out = run("quickstart")
+    assert "df/dx    = y + cos(x)" in out and "f = 6.909297426826" in out and out.strip().endswith("ok")
+    assert "vg([2, 3]) = (6.909297426825682, array([2.58385316, 2.        ]))" in out
+    assert "df/dv[0] = v[1] + cos(v[0])" in out
+
+
+def test_optimize():
+    out = run("optimize")
+    assert "2998 nonzeros of 1000000" in out
+    assert number(r"Newton-CG, symgrad gradient \+ sparse Hessian .* max\|x - 1\| = (\S+)", out) < 1e-6
+    assert number(r"symgrad's gradient (\d+)x faster than finite differences", out) > 5
+
+
+def test_fitting():
+    out = run("fitting")
+    assert re.search(r"symgrad sum \+ BFGS\s+1\.99\d\d\s+0\.34\d\d\s+3\.10\d\d\s+0\.60\d\d", out)
+    assert number(r"the fits differ by at most (\S+)", out) < 1e-4
+
+
+def test_digits():
+    pytest.importorskip("sklearn")
+    out = run("digits")
+    assert number(r"test accuracy: ([\d.]+)%", out) >= 90
+    assert out.count("finite difference") == 5
+
+
+def test_rnn():
+    out = run("rnn")
+    nodes = re.findall(r"live expression nodes (\d+)", out)
+    memory = [float(m) for m in re.findall(r"Python memory in use (\d+) kB", out)]
+    assert len(nodes) == 2 and nodes[0] == nodes[1] and memory[1] <= memory[0] + 100
+    assert number(r"loss \S+ -> (\S+)", out) < 1e-3
+
+
+def test_mechanics():
+    out = run("mechanics")
+    assert "EL[0] = " in out and "\\theta_{1}" in out and "alpha2 = " in out
+    assert number(r"textbook equations .* max difference (\S+)", out) < 1e-9
+    assert number(r"energy drift (\S+)", out) < 1e-6
+
+
+def test_gradcheck():
+    out = run("gradcheck")
+    assert "wrong components: ['y']" in out and "result    FAILED" in out and "GradientCheckError" in out
