@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+import scipy.sparse
 import sympy
 
 os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="symgrad-bench-")
@@ -291,6 +292,7 @@ CACHE_SCRIPT = """
 import time
 import numba
 import numpy as np
+import scipy.sparse
 import symgrad as sg
 start = time.perf_counter()
 numba.njit(lambda: 0.0)()  # Numba's own start-up (target registries, BLAS check): paid once per process
@@ -300,6 +302,68 @@ f = sum(100.0 * (xs[i + 1] - xs[i] ** 2) ** 2 + (1.0 - xs[i]) ** 2 for i in rang
 sg.value_and_grad(f, xs, backend="numba")(np.full(100, 0.5))
 print(warm - start, time.perf_counter() - warm)
 """
+
+
+# ---- issue 4: traced Python functions, sparse Hessians ---------------------------------------
+
+def traced() -> None:
+    """The cost of calling through a traced Python function instead of the Compiled directly."""
+    v = np.array([2.0, 3.0])
+    base = per_call(hand.p1, v)
+    vg = sg.value_and_grad(lambda w: w[0] * w[1] + np.sin(w[0]))
+    vg(v)
+    row("P1 x*y+sin(x)", "symgrad traced sg.value_and_grad(fn)", "per call", per_call(vg, v), base)
+    for n in (100, 1000):
+        w = np.linspace(-1.0, 1.5, n)
+        base = per_call(hand.rosen, w)
+        fn = sg.value_and_grad(rosen_np)
+        row(f"P2 Rosenbrock n={n}", f"symgrad traced ({fn.__name__})", "first result", first(fn, w)[0], None, "s")
+        row(f"P2 Rosenbrock n={n}", "symgrad traced", "per call", per_call(fn, w), base)
+
+
+def rosen_np(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def rosen_hess_np(x):
+    """Rosenbrock's tridiagonal Hessian written by hand with NumPy and scipy.sparse."""
+    diag = np.zeros_like(x)
+    diag[:-1] = 1200 * x[:-1] ** 2 - 400 * x[1:] + 2
+    diag[1:] += 200
+    off = -400 * x[:-1]
+    return scipy.sparse.diags([off, diag, off], [-1, 0, 1], format="csr")
+
+
+def sparse_hessian() -> None:
+    for n in (1000, 10000):
+        name = f"sparse Hessian, Rosenbrock n={n}"
+        w = np.linspace(-1.0, 1.5, n)
+        base = per_call(rosen_hess_np, w)
+        row(name, "hand-written NumPy + scipy.sparse.diags", "per call", base, base)
+        t, h = first(lambda: sg.hessian(rosen_np, sparse=True))
+        t, H = first(h, w)
+        row(name, f"symgrad hessian(fn, sparse=True) ({h.compiled.backend}, {H.nnz} nonzeros)", "first result",
+            t, None, "s")
+        row(name, "symgrad", "per call", per_call(h, w), base)
+        if HAVE["casadi"]:
+            x = ca.SX.sym("x", n)
+            f = ca.sum1(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+            start = time.perf_counter()
+            F = ca.Function("h", [x], [ca.hessian(f, x)[0]])
+            F(w)
+            row(name, "CasADi SX hessian (sparse)", "first result", time.perf_counter() - start, None, "s")
+            row(name, "CasADi SX hessian (sparse)", "per call", per_call(F, w), base)
+        if HAVE["jax"] and n <= 1000:
+            start = time.perf_counter()
+            jh = jax_first_hessian(w)
+            row(name, "JAX jit(hessian) (dense n x n)", "first result", time.perf_counter() - start, None, "s")
+            row(name, "JAX jit(hessian) (dense n x n)", "per call", per_call(jh, w), base)
+
+
+def jax_first_hessian(v):
+    jh = jax.jit(jax.hessian(jax_rosen))
+    jax.block_until_ready(jh(v))
+    return lambda w: jax.block_until_ready(jh(w))
 
 
 def disk_cache() -> None:
@@ -353,7 +417,7 @@ def write(path: Path) -> str:
 
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
-    for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache):
+    for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)

@@ -87,6 +87,9 @@ class Trace:
         wrt_keys = list(owner.argnums) if owner.transform != "jit" else list(shapes)
         self.wrt = [(k, shapes[k]) for k in wrt_keys]
         self.data = [(k, s) for k, s in self.dynamic if k not in wrt_keys]
+        bounds = np.cumsum([0] + [int(np.prod(s, dtype=np.int64)) for _, s in self.wrt]).tolist()
+        self._cuts = [(lo, hi, s) for lo, hi, (_, s) in zip(bounds[:-1], bounds[1:], self.wrt)]
+        self._whole = len(self.wrt) == 1 and len(self.wrt[0][1]) == 1  # one vector: the gradient as is
         inputs = [v for k, _ in self.wrt for v in as_expr_list(self._sym(k, sym_args, sym_kwargs))]
         params = [v for k, _ in self.data for v in as_expr_list(self._sym(k, sym_args, sym_kwargs))]
         self.derivatives, self.compiled = self._build(result, inputs, params)
@@ -191,12 +194,12 @@ class Trace:
 
     def _split(self, flat: np.ndarray, axis_shape: tuple = ()) -> list:
         """Cut the last axis of ``flat`` into the differentiated arguments' shapes."""
-        parts, start = [], 0
-        for _, shape in self.wrt:
-            size = int(np.prod(shape, dtype=np.int64))
-            piece = flat[..., start:start + size].reshape(axis_shape + shape)
+        if self._whole and not axis_shape:
+            return [flat]
+        parts = []
+        for lo, hi, shape in self._cuts:
+            piece = flat[..., lo:hi].reshape(axis_shape + shape)
             parts.append(float(piece) if piece.ndim == 0 else piece)
-            start += size
         return parts
 
     def _one(self, parts: list) -> Any:
@@ -222,8 +225,7 @@ class Trace:
         return blocks[0][0] if isinstance(self.owner.argnums_spec, int) else tuple(map(tuple, blocks))
 
     def _split_rows(self, H: np.ndarray) -> list[np.ndarray]:
-        bounds = np.cumsum([0] + [int(np.prod(s, dtype=np.int64)) for _, s in self.wrt])
-        return [H[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return [H[lo:hi] for lo, hi, _ in self._cuts]
 
     def _outputs(self, out: Any) -> Any:
         if not isinstance(self.exprs, tuple):
@@ -288,6 +290,8 @@ class Function:
         return names[:n] + [f"{star}{i}" for i in range(len(names[:n]), n)]
 
     def _key(self, args: tuple, kwargs: dict) -> tuple:
+        if not kwargs and not self.static_argnums:
+            return tuple(map(np.shape, args))
         key = []
         for i, a in enumerate(args):
             key.append(_static(a, i, self) if i in self.static_argnums else np.shape(a))
@@ -319,7 +323,8 @@ class Function:
         return args[:-1], kwargs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        t = self._traces.get(self._key(*self._traced_arguments(args, kwargs)))
+        t = self._traces.get(self._key(*self._traced_arguments(args, kwargs)) if self.transform == "hvp"
+                             else self._key(args, kwargs))
         if t is None:
             t = self.trace(*args, **kwargs)
         self._last = t
