@@ -66,6 +66,21 @@ def _leaves(value: Any, who: str) -> list[tuple[Any, tuple]]:
     return out
 
 
+def _cuts(shapes: list[tuple]) -> list[tuple[int, int, tuple]]:
+    """(start, stop, shape) of each shape's run in a flat vector holding them in order."""
+    bounds = np.cumsum([0] + [int(np.prod(s, dtype=np.int64)) for s in shapes]).tolist()
+    return list(zip(bounds[:-1], bounds[1:], shapes))
+
+
+def _cut(flat: np.ndarray, cuts: list, axis_shape: tuple = ()) -> list:
+    """The last axis of ``flat`` cut into those shapes (floats for scalar shapes)."""
+    parts = []
+    for lo, hi, shape in cuts:
+        piece = flat[..., lo:hi].reshape(axis_shape + shape)
+        parts.append(float(piece) if piece.ndim == 0 else piece)
+    return parts
+
+
 class Trace:
     """One traced signature of a :class:`Function`: its symbolic inputs, formulas and kernel."""
 
@@ -87,8 +102,7 @@ class Trace:
         wrt_keys = list(owner.argnums) if owner.transform != "jit" else list(shapes)
         self.wrt = [(k, shapes[k]) for k in wrt_keys]
         self.data = [(k, s) for k, s in self.dynamic if k not in wrt_keys]
-        bounds = np.cumsum([0] + [int(np.prod(s, dtype=np.int64)) for _, s in self.wrt]).tolist()
-        self._cuts = [(lo, hi, s) for lo, hi, (_, s) in zip(bounds[:-1], bounds[1:], self.wrt)]
+        self._cuts = _cuts([s for _, s in self.wrt])
         self._whole = len(self.wrt) == 1 and len(self.wrt[0][1]) == 1  # one vector: the gradient as is
         inputs = [v for k, _ in self.wrt for v in as_expr_list(self._sym(k, sym_args, sym_kwargs))]
         params = [v for k, _ in self.data for v in as_expr_list(self._sym(k, sym_args, sym_kwargs))]
@@ -115,6 +129,8 @@ class Trace:
         owner, transform = self.owner, self.owner.transform
         who = f"sg.{transform}({owner.__name__})"
         leaves = _leaves(result, who)
+        self._out_shapes = [shape for _, shape in leaves]
+        self._out_cuts = _cuts(self._out_shapes)
         if transform in _SCALAR_OUT and (len(leaves) != 1 or leaves[0][1] != ()):
             shapes = ", ".join(str(s) for _, s in leaves)
             raise TypeError(f"{who}: the function must return one scalar, got shape {shapes}; "
@@ -125,8 +141,8 @@ class Trace:
             single = leaves[0][0] if len(leaves) == 1 else outputs
             return None, compiled.compile(single, inputs, params, backend)
         if transform in ("grad", "value_and_grad"):
-            vg = compiled.value_and_grad(outputs[0], inputs, params, backend)
-            return symbolic.grad(outputs[0], inputs), vg
+            g = symbolic.grad(outputs[0], inputs)
+            return g, compiled.value_and_grad(outputs[0], inputs, params, backend, gradient=g)
         if transform == "hvp":
             tangents = [Var(f"Δ{v.payload}") for v in inputs]
             hv = symbolic.jvp(symbolic.grad(outputs[0], inputs), inputs, tangents)
@@ -194,13 +210,7 @@ class Trace:
 
     def _split(self, flat: np.ndarray, axis_shape: tuple = ()) -> list:
         """Cut the last axis of ``flat`` into the differentiated arguments' shapes."""
-        if self._whole and not axis_shape:
-            return [flat]
-        parts = []
-        for lo, hi, shape in self._cuts:
-            piece = flat[..., lo:hi].reshape(axis_shape + shape)
-            parts.append(float(piece) if piece.ndim == 0 else piece)
-        return parts
+        return [flat] if self._whole and not axis_shape else _cut(flat, self._cuts, axis_shape)
 
     def _one(self, parts: list) -> Any:
         return parts[0] if isinstance(self.owner.argnums_spec, int) else tuple(parts)
@@ -218,7 +228,7 @@ class Trace:
         if self.owner.sparse:
             return out
         if t == "jacobian":
-            out_shape = _leaves(self.exprs, "")[0][1]
+            out_shape = self._out_shapes[0]
             return self._one(self._split(out.reshape(out_shape + (-1,)) if out.ndim else out, out_shape))
         blocks = [self._split(row_block, shape) for row_block, (_, shape) in
                   zip(self._split_rows(out), self.wrt)]
@@ -228,15 +238,7 @@ class Trace:
         return [H[lo:hi] for lo, hi, _ in self._cuts]
 
     def _outputs(self, out: Any) -> Any:
-        if not isinstance(self.exprs, tuple):
-            return out
-        parts, start = [], 0
-        for _, shape in _leaves(self.exprs, ""):
-            size = int(np.prod(shape, dtype=np.int64))
-            piece = out[start:start + size].reshape(shape)
-            parts.append(float(piece) if piece.ndim == 0 else piece)
-            start += size
-        return tuple(parts)
+        return tuple(_cut(out, self._out_cuts)) if isinstance(self.exprs, tuple) else out
 
 
 class Function:
@@ -436,9 +438,8 @@ def jit(fn: Any = None, *, static_argnums: Any = (), static_argnames: Any = (), 
     >>> f(np.array([0.0, 1.0]), 2.0)
     array([0.        , 1.52318831])
     """
-    if fn is None:
-        return lambda f: Function(f, "jit", (), static_argnums, static_argnames, False, backend)
-    return Function(fn, "jit", (), static_argnums, static_argnames, False, backend)
+    make = lambda f: Function(f, "jit", (), static_argnums, static_argnames, False, backend)
+    return make if fn is None else make(fn)
 
 
 def grad(f: Any, wrt: Any = None, *, argnums: Any = None, **options: Any) -> Any:

@@ -61,6 +61,7 @@ class Compiled:
         # A sparse matrix (indices, indptr, shape): the kernels compute its data, in CSR order.
         self._pattern = pattern
         self._roots = roots  # the interpreter backend evaluates the expressions themselves
+        self._flat = pattern is None and len(shape) == 1  # array results returned as computed
         self._kind = _ARRAY if not program.returns_value else _VALUE_GRAD if program.n_out else _SCALAR
         self._n_out = program.n_out
         self._point = kernels("point")
@@ -94,7 +95,7 @@ class Compiled:
             if self._kind == _VALUE_GRAD:
                 return self._point(x, p, buf), buf
             self._point(x, p, buf)
-            return self._shaped(buf)
+            return buf if self._flat else self._shaped(buf)
         except (TypeError, ValueError):
             return self._checked_call(x, p, out)
 
@@ -104,9 +105,7 @@ class Compiled:
         return _from_program, (self.program, self.backend, self.shape, self._pattern, self._roots)
 
     def _shaped(self, data: np.ndarray) -> Any:
-        if self._pattern is not None:
-            return _csr(data, self._pattern)
-        return data if len(self.shape) == 1 else data.reshape(self.shape)
+        return data.reshape(self.shape) if self._pattern is None else _csr(data, self._pattern)
 
     def _checked_call(self, x: Any, p: Any, out: np.ndarray | None) -> Any:
         """The slow path: convert the arguments, or raise an error that names the culprit."""
@@ -313,13 +312,12 @@ def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, Any]:
 
 
 def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,
-          returns_value: bool, sparsity: SparseExprs | None = None) -> Compiled:
+          returns_value: bool, pattern: tuple | None = None) -> Compiled:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
-    pattern = None if sparsity is None else (sparsity.indices, sparsity.indptr, sparsity.shape)
     return _from_program(program, backend, shape, pattern, roots if backend == "python" else None)
 
 
@@ -354,16 +352,18 @@ def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") 
            [2., 0.]])
     """
     if isinstance(outputs, SparseExprs):
-        return _make(outputs.exprs, inputs, params, backend, (outputs.nnz,), False, outputs)
+        pattern = (outputs.indices, outputs.indptr, outputs.shape)
+        return _make(outputs.exprs, inputs, params, backend, (outputs.nnz,), False, pattern)
     roots = as_expr_list(outputs)
     scalar = isinstance(outputs, Expr) or isinstance(outputs, (int, float))
     return _make(roots, inputs, params, backend, () if scalar else np.shape(outputs), scalar)
 
 
-def value_and_grad(f: Any, wrt: Any, params: Any = (), backend: str = "auto") -> Compiled:
+def value_and_grad(f: Any, wrt: Any, params: Any = (), backend: str = "auto", *, gradient: Any = None) -> Compiled:
     """Compile ``f`` and its gradient: ``vg(x)`` returns ``(value, gradient array)``.
 
     ``vg(x, out=g)`` writes the gradient into ``g`` and returns the value (no allocation).
+    ``gradient``: the gradient's expressions when the caller has built them already.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
@@ -378,6 +378,7 @@ def value_and_grad(f: Any, wrt: Any, params: Any = (), backend: str = "auto") ->
     f_expr = as_expr_list(f)
     if len(f_expr) != 1:
         raise ValueError(f"value_and_grad needs one scalar expression, got {len(f_expr)}")
-    gradient = grad(f_expr[0], wrt_list)
+    if gradient is None:
+        gradient = grad(f_expr[0], wrt_list)
     return _make([f_expr[0], *gradient], wrt_list, params, backend, (len(wrt_list),), True)
 
