@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
-from symgrad.expr.traverse import _like, to_flat
+from symgrad.expr.traverse import _like, from_flat, to_flat
 
 FORMAT, VERSION = "symgrad", 1
 
@@ -91,23 +90,29 @@ def loads(text: str | bytes) -> Any:
 
 
 def _nodes(entries: Any) -> list[Expr]:
+    """Check every entry, then build them all with :func:`from_flat`."""
     if not isinstance(entries, list):
         raise FormatError("symgrad JSON: \"nodes\" must be a list")
-    built: list[Expr] = []
+    flat = []
     for k, entry in enumerate(entries):
-        try:
-            name, payload, args = entry
-            op = OPS[name]
-            if not all(isinstance(i, int) and 0 <= i < k for i in args):
-                raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {args} that are not "
-                                  "earlier nodes")
-            if name == "const":
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
+            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): expected [op, payload, [args]]")
+        name, payload, args = entry
+        op = OPS.get(name) if isinstance(name, str) else None
+        if op is None:
+            raise FormatError(f"symgrad JSON: node {k} has the unknown op {name!r}")
+        if not all(isinstance(i, int) and 0 <= i < k for i in args):
+            raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {args} that are not "
+                              "earlier nodes")
+        if len(args) != op.arity:
+            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): {name} takes {op.arity} "
+                              f"argument(s), got {len(args)}")
+        if name == "const":
+            try:
                 payload = float.fromhex(payload)
-            built.append(apply(op, tuple(built[i] for i in args), payload))
-        except FormatError:
-            raise
-        except KeyError:
-            raise FormatError(f"symgrad JSON: node {k} has the unknown op {entry[0]!r}") from None
-        except (TypeError, ValueError) as e:
-            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): {e}") from None
-    return built
+            except (TypeError, ValueError) as e:
+                raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): {e}") from None
+        elif name == "var" and not (isinstance(payload, str) and payload):
+            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): a variable needs a name")
+        flat.append((name, payload, tuple(args)))
+    return from_flat(flat, list(range(len(flat))))
