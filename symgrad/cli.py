@@ -86,7 +86,11 @@ def derivatives(argv: list[str]) -> dict[str, Any]:
     >>> derivatives(["x*y", "--wrt", "x"])["gradient"]
     {'x': 'y'}
     """
-    args = _parser().parse_args(argv)
+    return _results(_parser().parse_args(argv))[0]
+
+
+def _results(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON-ready results, and the expressions and check report the text form prints."""
     f = parse(args.formula)
     variables = free_variables(f)
     wrt = _wrt(args.wrt, variables)
@@ -103,9 +107,9 @@ def derivatives(argv: list[str]) -> dict[str, Any]:
         if H is not None:
             out["latex"] |= {f"d2f/d{a}d{b}": latex(H[i, j]) for i, a in enumerate(names)
                              for j, b in enumerate(names) if j >= i}
-    out["_text"] = {"f": f, "g": g, "H": H}
+    objects: dict[str, Any] = {"f": f, "g": g, "H": H}
     if not args.at:
-        return out
+        return out, objects
     point = _point(args.at)
     unknown = sorted(set(point) - {v.name for v in variables})
     if unknown:
@@ -126,12 +130,14 @@ def derivatives(argv: list[str]) -> dict[str, Any]:
     report = check_grad(f, wrt, point)
     out["check"] = {"ok": report.ok, "status": dict(zip(report.names, report.status)),
                     "errors": dict(zip(report.names, map(_number, report.error)))}
-    out["_text"]["report"] = report
-    return out
+    objects["report"] = report
+    return out, objects
 
 
-def _text(out: dict[str, Any]) -> str:
-    f, g, H = out["_text"]["f"], out["_text"]["g"], out["_text"]["H"]
+def _render(args: argparse.Namespace, out: dict[str, Any], objects: dict[str, Any]) -> str:
+    if args.json:
+        return json.dumps(out, indent=2)
+    f, g, H = objects["f"], objects["g"], objects["H"]
     names = out["wrt"]
     lines = [f"f({', '.join(out['variables'])}) = {f}"]
     lines += [f"df/d{n} = {format_exprs(e)}" for n, e in zip(names, g)]
@@ -151,7 +157,7 @@ def _text(out: dict[str, Any]) -> str:
     lines.append(f"compiled value-and-gradient ({out['backend']}, {out['n_ops']} ops): ready in "
                  f"{out['ready_s']:.2f} s, {out['per_call_us']:.2f} us per call")
     lines.append("gradient check against central finite differences:")
-    lines += ["  " + line for line in str(out["_text"]["report"]).splitlines()]
+    lines += ["  " + line for line in str(objects["report"]).splitlines()]
     return "\n".join(lines)
 
 
@@ -161,23 +167,20 @@ def run(argv: list[str]) -> str:
     >>> print(run(["x*y", "--at", "x=2,y=3"]).splitlines()[0])
     f(x, y) = x*y
     """
-    out = derivatives(argv)
-    if "--json" in argv:
-        return json.dumps({k: v for k, v in out.items() if k != "_text"}, indent=2)
-    return _text(out)
+    args = _parser().parse_args(argv)
+    return _render(args, *_results(args))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``symgrad`` console script."""
-    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        out = derivatives(argv)
+        out, objects = _results(args)
     except (CliError, ParseError) as err:
         print(f"symgrad: {err}", file=sys.stderr)
         return 2
-    print(json.dumps({k: v for k, v in out.items() if k != "_text"}, indent=2) if "--json" in argv else _text(out))
-    failed = "check" in out and not out["check"]["ok"]
-    return 1 if failed and "--check" in argv else 0
+    print(_render(args, out, objects))
+    return 1 if args.check and "check" in out and not out["check"]["ok"] else 0
 
 
 if __name__ == "__main__":
