@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 DELAY_S = 2.0  # a bar appears only once its walk has run this long
 MIN_TOTAL = 20_000  # smaller walks finish well within DELAY_S: no bar object at all
-CHUNK = 4096  # steps between updates (a per-node update would cost more than the step)
+CHUNK = 4096  # steps per update (a per-node update would cost more than the step)
 GAP_S = 3.0  # walks starting within this of the previous one's end continue its run of work
 _run = [0.0, -1e9]  # (start of the current run of walks, end of the last walk): monotonic seconds
 
@@ -39,7 +39,8 @@ def enabled() -> bool:
 
 @contextmanager
 def progress(total: int, desc: str) -> Iterator[Callable[[int], None]]:
-    """A bar for a walk of ``total`` steps; the context gives ``update(n)`` (call it every CHUNK steps).
+    """A bar for a walk of ``total`` steps; the context gives ``update(n)``, which walks call at the
+    start of each CHUNK of steps with that chunk's size.
 
     >>> with progress(10, "demo") as update:
     ...     update(10)

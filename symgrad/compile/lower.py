@@ -231,7 +231,7 @@ def _schedule(order: list[Expr], roots: list[Expr], loads: dict, returns_value: 
     with progress(len(order), "lowering") as update:
         for step, node in enumerate(order):
             if not step % CHUNK:
-                update(CHUNK)
+                update(min(CHUNK, len(order) - step))
             if node in alias or node not in uses:  # not in uses: only an unrolled power's exponent
                 continue
             name = node.op.name

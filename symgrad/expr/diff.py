@@ -60,18 +60,19 @@ def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
     order = topo_order(outputs)
     active = _active(order, wrt)
     rows = []
-    with progress(len(order) * len(outputs), "gradient") as update:
+    with progress(len(order) * len(outputs), "gradient") as update:  # at most: sweeps share nodes
         for out in outputs:
-            rows.append(_sweep(out, wrt, active, update))
+            sweep = (order if len(outputs) == 1 else topo_order([out])) if out in active else []
+            rows.append(_sweep(out, sweep, wrt, active, update))
     return rows
 
 
-def _sweep(out: Expr, wrt: list[Expr], active: set[Expr], update: Any) -> list[Expr]:
-    """One reverse sweep: d out / d wrt[j]."""
-    adj: dict[Expr, Expr] = {out: _ONE} if out in active else {}
-    for k, node in enumerate(reversed(topo_order([out]) if adj else [])):
+def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], update: Any) -> list[Expr]:
+    """One reverse sweep over ``order`` (``out``'s graph, arguments first): d out / d wrt[j]."""
+    adj: dict[Expr, Expr] = {out: _ONE} if order else {}
+    for k, node in enumerate(reversed(order)):
         if not k % CHUNK:
-            update(CHUNK)
+            update(min(CHUNK, len(order) - k))
         g = adj.get(node) if node.op.name == "var" else adj.pop(node, None)
         if g is None:
             continue
@@ -181,7 +182,7 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
     with progress(len(order), "forward mode") as update:
         for k, node in enumerate(order):
             if not k % CHUNK:
-                update(CHUNK)
+                update(min(CHUNK, len(order) - k))
             _tangent(node, tangent)
     return _like(fs, [tangent.get(o, _ZERO) for o in outs])
 
