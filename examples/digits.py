@@ -26,12 +26,9 @@ L2 = 1e-4
 
 
 def unpack(theta):
-    parts, start = [], 0
-    for shape in SIZES:
-        size = int(np.prod(shape))
-        parts.append(theta[start:start + size].reshape(shape))
-        start += size
-    return parts
+    """The flat weight vector as the arrays of SIZES (views: symbolic while traced)."""
+    cuts = np.cumsum([int(np.prod(shape)) for shape in SIZES])[:-1]
+    return [part.reshape(shape) for part, shape in zip(np.split(theta, cuts), SIZES)]
 
 
 def logits(theta, image):
