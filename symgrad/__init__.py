@@ -21,7 +21,7 @@ from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.sympy_bridge import from_sympy, to_sympy
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
 from symgrad.parse import parse
-from symgrad.trace import Function, grad, hessian, hvp, jacobian, jit, value_and_grad
+from symgrad.trace import Function, grad, hessian, hvp, jacobian, jit, jvp, value_and_grad, vjp
 
 exp = _FUNCS["exp"]
 log = _FUNCS["log"]

@@ -1,15 +1,22 @@
 """Function-level API: trace a Python function with symbolic arguments, differentiate, compile.
 
-``sg.jit(fn)``, ``sg.grad(fn)``, ``sg.value_and_grad(fn)``, ``sg.jacobian(fn)``,
-``sg.hessian(fn)`` and ``sg.hvp(fn)`` return a :class:`Function`. Its first call with
-given argument shapes calls ``fn`` once on symbolic arguments (an expression for each
-float, a :class:`~symgrad.expr.arrays.SymArray` of variables for each array),
-differentiates what ``fn`` returns and compiles the result; later calls with those shapes
-go straight to the compiled kernel. Conventions follow JAX: ``argnums`` (an int or a
-tuple) picks the differentiated arguments and gradients come shaped like them. The other
-arguments are data: traced as parameters, so new values need no recompile. Arguments
-named in ``static_argnums`` / ``static_argnames`` are passed to ``fn`` as they are
-(ints, flags, sizes) and a new value traces again.
+``sg.jit``, ``sg.grad``, ``sg.value_and_grad``, ``sg.jacobian``, ``sg.hessian`` and
+``sg.hvp`` return a :class:`Function`; ``sg.jvp`` and ``sg.vjp`` apply at once. The first
+call with given argument shapes calls ``fn`` once on symbolic arguments (an expression for
+each float, a :class:`~symgrad.expr.arrays.SymArray` of variables for each array, leaf by
+leaf through tuples, lists and dicts: JAX's pytrees), differentiates what ``fn`` returns
+and compiles the result; later calls with those shapes go straight to the compiled kernel.
+
+Conventions follow JAX: ``argnums`` (an int or a tuple, negative counts from the end) picks
+the differentiated arguments and derivatives come in their structure; ``has_aux=True``
+returns a second output undifferentiated. The other arguments are data: traced as
+parameters, so new values need no recompile. Arguments named in ``static_argnums`` /
+``static_argnames`` are passed to ``fn`` as they are and a new value traces again.
+
+Transforms compose as in JAX. Called with symbolic arguments (inside another transform's
+trace), a :class:`Function` traces ``fn`` on fresh variables, differentiates, and puts the
+caller's expressions in place of those variables: ``sg.grad(sg.grad(f))`` is the second
+derivative, and a closure over the outer function's variables is differentiated correctly.
 
 Given expressions instead of a function, the same names are the symbolic operations:
 ``sg.grad(f, wrt)`` is the gradient formula, ``sg.hessian(f, wrt, sparse=True)`` the sparse
@@ -20,32 +27,75 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from symgrad import pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
-from symgrad.expr.arrays import SymArray
+from symgrad.expr.arrays import SymArray, wrap
 from symgrad.expr.build import Var
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian
-from symgrad.expr.traverse import as_expr_list
+from symgrad.expr.traverse import as_expr_list, substitute
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
 _SCALAR_OUT = ("grad", "value_and_grad", "hessian", "hvp")
-_MATRICES = {  # (transform, sparse) -> the derivative matrix of the outputs
-    ("jacobian", False): symbolic.jacobian,
-    ("jacobian", True): sparse_jacobian,
-    ("hessian", False): lambda outputs, inputs: symbolic.hessian(outputs[0], inputs),
-    ("hessian", True): lambda outputs, inputs: sparse_hessian(outputs[0], inputs),
-}
+_EXTRA = {"hvp": "v", "jvp": "tangents", "vjp": "cotangent"}  # transforms taking a vector besides fn's arguments
+_F64 = np.dtype(np.float64)
+_SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
+_fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
 
 
-def _symbolic(name: str, shape: tuple) -> Any:
-    """A variable for a float argument, an array of variables named ``name[i, j]`` for an array."""
+class _Tracing(threading.local):
+    """How many traces this thread is inside: a Function called there returns expressions."""
+
+    depth = 0
+
+
+_tracing = _Tracing()
+
+
+@dataclass
+class _Slot:
+    """One traced argument: its tree structure, each leaf's shape and dtype, and its symbolic leaves."""
+
+    treedef: Any
+    shapes: list[tuple]
+    dtypes: list[Any]  # a float dtype to return derivatives in (float32 ...), or None for float64
+    syms: list[Any]  # an Expr or a SymArray of variables per leaf
+
+    def variables(self) -> list[Expr]:
+        return [v for s in self.syms for v in as_expr_list(s)]
+
+
+def _leaf_info(leaf: Any, who: str, name: str) -> tuple[tuple, Any]:
+    """(shape, dtype to return derivatives in) of a leaf, or a TypeError naming it."""
+    if isinstance(leaf, Expr):
+        return (), None
+    if isinstance(leaf, np.ndarray) and leaf.dtype == object:
+        return leaf.shape, None
+    arr = np.asarray(leaf) if isinstance(leaf, np.ndarray | np.generic | int | float) else None
+    if arr is None or arr.dtype.kind not in "biuf":
+        kind = "complex" if arr is not None and arr.dtype.kind == "c" or isinstance(leaf, complex) else None
+        if kind:
+            raise TypeError(f"{who}: argument {name!r} is complex; complex inputs are not supported "
+                            "(split it into real and imaginary parts)")
+        raise TypeError(f"{who}: argument {name!r} is {type(leaf).__name__}; numbers, arrays of numbers and "
+                        "tuples / lists / dicts of them are traced, anything else must be static "
+                        "(static_argnums / static_argnames)")
+    low = arr.dtype.kind == "f" and arr.dtype != _F64
+    return arr.shape, (arr.dtype if low else None)
+
+
+def _symbolic_leaf(name: str, shape: tuple) -> Any:
+    """A variable for a scalar leaf, an array of variables named ``name[i, j]`` for an array."""
     if shape == ():
         return Var(name)
     out = np.empty(shape, dtype=object)
@@ -54,111 +104,227 @@ def _symbolic(name: str, shape: tuple) -> Any:
     return out.view(SymArray)
 
 
-def _leaves(value: Any, who: str) -> list[tuple[Any, tuple]]:
-    """What ``fn`` returned as (value, shape) pieces: a scalar, an array, or each item of a tuple."""
+def _is_symbolic(leaf: Any) -> bool:
+    return isinstance(leaf, Expr) or isinstance(leaf, np.ndarray) and leaf.dtype == object
+
+
+def _signature(value: Any) -> Any:
+    """What keys a trace for one argument: its shape, or its tree of leaf shapes and dtypes."""
+    kind = type(value)
+    if kind is np.ndarray and value.dtype is _F64:
+        return value.shape
+    if kind is float or kind is int:
+        return ()
+    leaves, treedef = pytree.flatten(value)
+    sig = []
+    for leaf in leaves:
+        if _is_symbolic(leaf):
+            return _SYMBOLIC
+        sig.append((np.shape(leaf), getattr(leaf, "dtype", None)))
+    return treedef, tuple(sig)
+
+
+def _out_leaves(tree: Any, who: str) -> tuple[list[tuple[list[Expr], tuple]], Any]:
+    """What ``fn`` returned: ([(expressions, shape) per leaf], tree structure)."""
+    leaves, treedef = pytree.flatten(tree)
     out = []
-    for item in value if isinstance(value, tuple) else (value,):
-        arr = None if isinstance(item, Expr) else np.asarray(item, dtype=object)
+    for leaf in leaves:
+        arr = None if isinstance(leaf, Expr) else np.asarray(leaf, dtype=object)
         if arr is not None and not all(isinstance(v, Expr | float | int | np.number) for v in arr.ravel()):
-            raise TypeError(f"{who}: the function returned {type(item).__name__}; return expressions, "
-                            "numbers, arrays of them, or a tuple of those")
-        out.append((item, () if arr is None else arr.shape))
+            raise TypeError(f"{who}: the function returned {type(leaf).__name__}; return expressions, numbers, "
+                            "arrays of them, or tuples / lists / dicts of those")
+        out.append((as_expr_list(leaf), () if arr is None else arr.shape))
+    return out, treedef
+
+
+def _pieces(flat: np.ndarray, blocks: list[tuple[tuple, Any]]) -> list:
+    """``flat`` cut into blocks of the given (shape, dtype): floats (or expressions) for scalars."""
+    out, lo = [], 0
+    for shape, dtype in blocks:
+        n = 1
+        for d in shape:
+            n *= d
+        piece = flat[lo:lo + n]
+        lo += n
+        if shape == ():
+            v = piece[0]
+            out.append(v if isinstance(v, Expr) else float(v) if dtype is None else dtype.type(v))
+        else:
+            piece = piece.reshape(shape)
+            out.append(wrap(piece) if piece.dtype == object else piece if dtype is None else piece.astype(dtype))
     return out
 
 
-def _cuts(shapes: list[tuple]) -> list[tuple[int, int, tuple]]:
-    """(start, stop, shape) of each shape's run in a flat vector holding them in order."""
-    bounds = np.cumsum([0] + [int(np.prod(s, dtype=np.int64)) for s in shapes]).tolist()
-    return list(zip(bounds[:-1], bounds[1:], shapes))
-
-
-def _cut(flat: np.ndarray, cuts: list, axis_shape: tuple = ()) -> list:
-    """The last axis of ``flat`` cut into those shapes (floats for scalar shapes)."""
-    parts = []
-    for lo, hi, shape in cuts:
-        piece = flat[..., lo:hi].reshape(axis_shape + shape)
-        parts.append(float(piece) if piece.ndim == 0 else piece)
-    return parts
+def _blocks(shapes: list[tuple], dtypes: list[Any]) -> list[tuple[tuple, Any]]:
+    return list(zip(shapes, dtypes))
 
 
 class Trace:
     """One traced signature of a :class:`Function`: its symbolic inputs, formulas and kernel."""
 
-    def __init__(self, owner: Function, args: tuple, kwargs: dict) -> None:
+    def __init__(self, owner: Function, args: tuple, kwargs: dict, fresh: bool = False) -> None:
         self.owner = owner
+        who = owner._who
+        # Inside another trace fn may close over its variables: names no closure can share.
+        tag = f"#{next(_fresh)}" if fresh else ""
         names = owner._names(len(args))
         self.arguments: dict[str, Any] = {}
-        self.dynamic: list[tuple[Any, tuple]] = []  # (position or keyword, shape) of traced arguments
-        sym_args = [self._argument(names[i], i, a) for i, a in enumerate(args)]
-        sym_kwargs = {k: self._argument(k, k, v) for k, v in kwargs.items()}
-        for n in owner.argnums:
-            if n >= len(args) or n in owner.static_argnums:
-                raise TypeError(f"{owner.__name__}: argnums {n} is not a traced positional argument "
-                                f"(called with {len(args)} positional arguments)")
+        self.slots: dict[Any, _Slot] = {}
+        sym_args = [self._argument(names[i], i, a, tag) for i, a in enumerate(args)]
+        sym_kwargs = {k: self._argument(k, k, v, tag) for k, v in kwargs.items()}
+        self.wrt_keys = owner._wrt_keys(len(args), self.slots)
+        self.data_keys = [k for k in self.slots if k not in self.wrt_keys]
+        wrt = [self.slots[k] for k in self.wrt_keys]
+        self.inputs = [v for s in wrt for v in s.variables()]
+        self.params = [v for k in self.data_keys for v in self.slots[k].variables()]
+        # The differentiated arguments as one tree: an int argnums is that argument, a tuple a tuple of them.
+        self.wrt_shapes = [sh for s in wrt for sh in s.shapes]
+        self.wrt_dtypes = [dt for s in wrt for dt in s.dtypes]
+        single = isinstance(owner.argnums_spec, int) and owner.transform not in ("jvp", "vjp")
+        self.wrt_tree = wrt[0].treedef if single and wrt else (tuple, tuple(s.treedef for s in wrt))
+        _tracing.depth += 1
+        try:
+            with paused_gc():
+                result = owner.fn(*sym_args, **sym_kwargs)
+        finally:
+            _tracing.depth -= 1
         with paused_gc():
-            result = owner.fn(*sym_args, **sym_kwargs)
-        self.exprs = result
-        shapes = dict(self.dynamic)
-        wrt_keys = list(owner.argnums) if owner.transform != "jit" else list(shapes)
-        self.wrt = [(k, shapes[k]) for k in wrt_keys]
-        self.data = [(k, s) for k, s in self.dynamic if k not in wrt_keys]
-        self._cuts = _cuts([s for _, s in self.wrt])
-        self._whole = len(self.wrt) == 1 and len(self.wrt[0][1]) == 1  # one vector: the gradient as is
-        inputs = [v for k, _ in self.wrt for v in as_expr_list(self._sym(k, sym_args, sym_kwargs))]
-        params = [v for k, _ in self.data for v in as_expr_list(self._sym(k, sym_args, sym_kwargs))]
-        self.derivatives, self.compiled = self._build(result, inputs, params)
+            if owner.has_aux:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise TypeError(f"{who}: with has_aux=True the function must return a pair (output, aux), "
+                                    f"got {type(result).__name__}")
+                result, aux = result
+            self.exprs = result
+            self.outputs, self.out_tree = _out_leaves(result, who)
+            self.aux, self.aux_tree = _out_leaves(aux, f"{who} (aux)") if owner.has_aux else ([], None)
+            self.extra = self._extra_variables(tag)
+            self.flat, self.derivatives, self.blocks, self._structure = self._derive(sparse=owner.sparse and not fresh)
+        self._plain = [k for k in (*self.wrt_keys, *self.data_keys) if self.slots[k].treedef is pytree.LEAF]
+        self._single = len(self.wrt_keys) == 1 and self.wrt_keys[0] in self._plain
 
-    def _argument(self, name: str, key: Any, value: Any) -> Any:
-        if key in self.owner.static_argnums or key in self.owner.static_argnames:
+    def _argument(self, name: str, key: Any, value: Any, tag: str) -> Any:
+        owner = self.owner
+        if key in owner.static_argnums or key in owner.static_argnames:
             return value
-        arr = np.asarray(value) if not isinstance(value, Expr) else None
-        if arr is None or arr.dtype.kind not in "biuf":
-            raise TypeError(f"{self.owner.__name__}: argument {name!r} is {type(value).__name__}; numbers and "
-                            "arrays of numbers are traced, anything else must be static (static_argnums / "
-                            "static_argnames)")
-        self.dynamic.append((key, arr.shape))
-        sym = _symbolic(name, arr.shape)
+        leaves, treedef = pytree.flatten(value)
+        paths = pytree.paths(treedef)
+        shapes, dtypes, syms = [], [], []
+        for leaf, path in zip(leaves, paths):
+            shape, dtype = _leaf_info(leaf, owner._who, name + path)
+            shapes.append(shape)
+            dtypes.append(dtype)
+            syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape))
+        self.slots[key] = _Slot(treedef, shapes, dtypes, syms)
+        sym = pytree.unflatten(treedef, syms)
         self.arguments[name] = sym
         return sym
 
-    @staticmethod
-    def _sym(key: Any, args: list, kwargs: dict) -> Any:
-        return kwargs[key] if isinstance(key, str) else args[key]
+    def _extra_variables(self, tag: str) -> list[Expr]:
+        """The vector a transform takes besides fn's arguments: v (hvp), tangents (jvp), cotangents (vjp)."""
+        t = self.owner.transform
+        if t in ("hvp", "jvp"):
+            return [Var(f"Δ{v.payload}") for v in self.inputs]
+        if t == "vjp":
+            return [Var(f"ct{tag}[{i}]") for i in range(sum(len(e) for e, _ in self.outputs))]
+        return []
 
-    def _build(self, result: Any, inputs: list[Expr], params: list[Expr]) -> tuple[Any, compiled.Compiled]:
-        owner, transform = self.owner, self.owner.transform
-        who = f"sg.{transform}({owner.__name__})"
-        leaves = _leaves(result, who)
-        self._out_shapes = [shape for _, shape in leaves]
-        self._out_cuts = _cuts(self._out_shapes)
-        if transform in _SCALAR_OUT and (len(leaves) != 1 or leaves[0][1] != ()):
-            shapes = ", ".join(str(s) for _, s in leaves)
-            raise TypeError(f"{who}: the function must return one scalar, got shape {shapes}; "
-                            "use sg.jacobian for vector outputs")
-        outputs = [e for v, _ in leaves for e in as_expr_list(v)]
-        backend = owner.backend
-        if transform == "jit":
-            single = leaves[0][0] if len(leaves) == 1 else outputs
-            return None, compiled.compile(single, inputs, params, backend)
-        if transform in ("grad", "value_and_grad"):
-            g = symbolic.grad(outputs[0], inputs)
-            return g, compiled.value_and_grad(outputs[0], inputs, params, backend, gradient=g)
-        if transform == "hvp":
-            tangents = [Var(f"Δ{v.payload}") for v in inputs]
-            hv = symbolic.jvp(symbolic.grad(outputs[0], inputs), inputs, tangents)
-            return hv, compiled.compile(hv, inputs, [*params, *tangents], backend)
-        if transform == "jacobian" and len(leaves) != 1:
-            raise TypeError(f"{who}: the function must return one scalar or array, got {len(leaves)} values")
-        exprs = _MATRICES[transform, owner.sparse](outputs, inputs)
-        return exprs, compiled.compile(exprs, inputs, params, backend)
+    def _derive(self, sparse: bool) -> tuple[Any, Any, list, Any]:
+        """(flat expressions to compile, the derivative part of them, result blocks, blocks -> result)."""
+        owner, t = self.owner, self.owner.transform
+        who = owner._who
+        outs = [e for exprs, _ in self.outputs for e in exprs]
+        out_shapes = [shape for _, shape in self.outputs]
+        aux = [e for exprs, _ in self.aux for e in exprs]
+        aux_blocks = [(shape, None) for _, shape in self.aux]
+        wrt_blocks = _blocks(self.wrt_shapes, self.wrt_dtypes)
+        W = functools.partial(pytree.unflatten, self.wrt_tree)
+        O = functools.partial(pytree.unflatten, self.out_tree)
+        if t in _SCALAR_OUT and (len(outs) != 1 or out_shapes[0] != ()):
+            raise TypeError(f"{who}: the function must return one scalar, got shape "
+                            f"{', '.join(str(s) for s in out_shapes)}; use sg.jacobian for vector outputs")
+        if t == "jit":
+            return outs, None, [(s, None) for s in out_shapes], O
+        if t in ("grad", "value_and_grad"):
+            g = symbolic.grad(outs[0], self.inputs)
+            if t == "grad":
+                return [*g, *aux], g, wrt_blocks + aux_blocks, self._with_aux(lambda p: W(p), len(wrt_blocks))
+            n = 1 + len(wrt_blocks)
+            value_aux = lambda p: ((p[0], self._aux(p[n:])) if owner.has_aux else p[0], W(p[1:n]))
+            return [outs[0], *g, *aux], g, [((), None), *wrt_blocks, *aux_blocks], value_aux
+        if t == "hvp":
+            hv = symbolic.jvp(symbolic.grad(outs[0], self.inputs), self.inputs, self.extra)
+            return hv, hv, wrt_blocks, W
+        if t == "jvp":
+            tangents = symbolic.jvp(outs, self.inputs, self.extra) if outs else []
+            blocks = [(s, None) for s in out_shapes]
+            n = len(blocks)
+            return [*outs, *tangents, *aux], tangents, blocks * 2 + aux_blocks, self._with_aux(
+                lambda p: (O(p[:n]), O(p[n:2 * n])), 2 * n)
+        if t == "vjp":
+            total = sum((c * e for c, e in zip(self.extra, outs)), 0.0)
+            g = symbolic.grad(total, self.inputs) if self.inputs else []
+            n = len(out_shapes)
+            return [*outs, *g, *aux], g, [(s, None) for s in out_shapes] + wrt_blocks + aux_blocks, \
+                self._with_aux(lambda p: (O(p[:n]), W(p[n:])), n + len(wrt_blocks))
+        if t == "jacobian":
+            if sparse:
+                if owner.has_aux:
+                    raise ValueError(f"{who}: has_aux=True is not supported with sparse=True")
+                J = sparse_jacobian(outs, self.inputs)
+                return J, J, None, None
+            J = symbolic.jacobian(outs, self.inputs) if outs and self.inputs else np.empty(
+                (len(outs), len(self.inputs)), dtype=object)
+            return self._matrix(J, out_shapes, O, aux, aux_blocks)
+        if sparse:  # hessian
+            if owner.has_aux:
+                raise ValueError(f"{who}: has_aux=True is not supported with sparse=True")
+            H = sparse_hessian(outs[0], self.inputs)
+            return H, H, None, None
+        H = symbolic.hessian(outs[0], self.inputs) if self.inputs else np.empty((0, 0), dtype=object)
+        return self._matrix(H, self.wrt_shapes, W, aux, aux_blocks)
+
+    def _matrix(self, M: np.ndarray, row_shapes: list[tuple], rows_tree: Any, aux: list, aux_blocks: list) -> tuple:
+        """Blocks of a derivative matrix: rows cut by ``row_shapes``, columns by the wrt leaves."""
+        row_cuts = np.cumsum([0, *(int(np.prod(s)) for s in row_shapes)])
+        col_cuts = np.cumsum([0, *(int(np.prod(s)) for s in self.wrt_shapes)])
+        flat, blocks = [], []
+        for a, ra in enumerate(row_shapes):
+            for b, (sb, db) in enumerate(zip(self.wrt_shapes, self.wrt_dtypes)):
+                flat.extend(M[row_cuts[a]:row_cuts[a + 1], col_cuts[b]:col_cuts[b + 1]].ravel())
+                blocks.append((ra + sb, db))
+        n_in = len(self.wrt_shapes)
+        W = functools.partial(pytree.unflatten, self.wrt_tree)
+        nest = lambda p: rows_tree([W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])
+        flat = as_expr_list(flat) if flat else []
+        return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
+
+    def _with_aux(self, structure: Any, n: int) -> Any:
+        """JAX's has_aux results: (result, aux), the aux leaves after the first ``n`` blocks."""
+        if not self.owner.has_aux:
+            return structure
+        return lambda p: (structure(p[:n]), self._aux(p[n:]))
+
+    def _aux(self, pieces: list) -> Any:
+        return pytree.unflatten(self.aux_tree, pieces)
+
+    def assemble(self, flat: Any) -> Any:
+        """The result in its structure, from the flat outputs (floats, or expressions)."""
+        if self._structure is None:  # a sparse matrix, as compiled
+            return flat
+        return self._structure(_pieces(flat, self.blocks))
+
+    @functools.cached_property
+    def compiled(self) -> compiled.Compiled:
+        """The compiled kernel of the flat outputs (built on first use: nested traces never compile)."""
+        return compiled.compile(self.flat if isinstance(self.flat, SparseExprs) else np.array(
+            self.flat, dtype=object).reshape(-1), self.inputs, [*self.params, *self.extra], self.owner.backend)
 
     def formulas(self) -> str:
         """The traced outputs and their derivatives, every shared subexpression named once."""
         labels: dict[str, Expr] = {}
-        leaves = _leaves(self.exprs, "formulas")
-        for i, (value, shape) in enumerate(leaves):
-            name = f"f{i}" if len(leaves) > 1 else "f"
-            for index, e in zip(np.ndindex(*shape), as_expr_list(value)):
+        for i, (exprs, shape) in enumerate(self.outputs):
+            name = f"f{i}" if len(self.outputs) > 1 else "f"
+            for index, e in zip(np.ndindex(*shape), exprs):
                 labels[f"{name}[{', '.join(map(str, index))}]" if shape else name] = e
         d = self.derivatives
         if d is not None:
@@ -167,12 +333,12 @@ class Trace:
         return format_exprs(labels)
 
     def _derivative_labels(self, n: int) -> list[str]:
-        inputs = [str(v) for k, _ in self.wrt for v in as_expr_list(self.arguments[self._name(k)])]
+        inputs = [str(v) for v in self.inputs]
         t = self.owner.transform
-        if t in ("grad", "value_and_grad"):
+        if t in ("grad", "value_and_grad", "vjp"):
             return [f"df/d{v}" for v in inputs]
-        if t == "hvp":
-            return [f"(H·Δ)[{v}]" for v in inputs]
+        if t in ("hvp", "jvp"):
+            return [f"(H·Δ)[{v}]" for v in inputs] if t == "hvp" else [f"Δf[{i}]" for i in range(n)]
         d = self.derivatives
         if isinstance(d, SparseExprs):
             rows = np.repeat(np.arange(len(d.indptr) - 1), np.diff(d.indptr))
@@ -183,62 +349,65 @@ class Trace:
             return [f"d2f/d{inputs[i]}d{inputs[j]}" for i, j in pairs]
         return [f"df[{i}]/d{inputs[j]}" for i, j in pairs]
 
-    def _name(self, key: Any) -> str:
-        return key if isinstance(key, str) else self.owner._names(key + 1)[key]
-
     @property
     def source(self) -> str:
         """The generated code of the compiled kernel (or the VM's instruction listing)."""
         return self.compiled.source
 
-    def __call__(self, args: tuple, kwargs: dict) -> Any:
-        x = self._pack(self.wrt, args, kwargs)
-        p = self._pack(self.data, args, kwargs)
-        if self.owner.transform == "hvp":
-            p = np.concatenate([p, np.ravel(kwargs["v"] if "v" in kwargs else args[-1])])
-        out = self.compiled(x, p)
-        return self._unpack(out)
+    def __call__(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
+        if self._single:
+            key = self.wrt_keys[0]
+            x = np.ravel(kwargs[key] if isinstance(key, str) else args[key])
+        else:
+            x = self._pack(self.wrt_keys, args, kwargs)
+        p = self._pack(self.data_keys, args, kwargs)
+        if self.extra:
+            p = np.concatenate([p, *(np.ravel(leaf) for leaf in self._extra_values(extra))])
+        return self.assemble(self.compiled(x, p))
 
-    @staticmethod
-    def _pack(slots: list, args: tuple, kwargs: dict) -> np.ndarray:
-        if len(slots) == 1:
-            key = slots[0][0]
-            return np.ravel(kwargs[key] if isinstance(key, str) else args[key])
-        if not slots:
+    def _pack(self, keys: list, args: tuple, kwargs: dict) -> np.ndarray:
+        if not keys:
             return compiled._EMPTY
-        return np.concatenate([np.ravel(kwargs[k] if isinstance(k, str) else args[k]) for k, _ in slots])
+        parts = []
+        for k in keys:
+            value = kwargs[k] if isinstance(k, str) else args[k]
+            if k in self._plain:
+                parts.append(np.ravel(value))
+            else:
+                parts.extend(np.ravel(leaf) for leaf in pytree.flatten(value)[0])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else compiled._EMPTY
 
-    def _split(self, flat: np.ndarray, axis_shape: tuple = ()) -> list:
-        """Cut the last axis of ``flat`` into the differentiated arguments' shapes."""
-        return [flat] if self._whole and not axis_shape else _cut(flat, self._cuts, axis_shape)
+    def _extra_values(self, extra: Any) -> list:
+        """The leaves of v / tangents / cotangent, checked against the structure they must have."""
+        what = _EXTRA[self.owner.transform]
+        if self.owner.transform == "vjp":
+            tree, shapes = self.out_tree, [s for _, s in self.outputs]
+        else:
+            tree, shapes = self.wrt_tree, self.wrt_shapes
+        leaves, treedef = pytree.flatten(extra)
+        if treedef != tree and not (len(shapes) == 1 and treedef is pytree.LEAF):
+            raise ValueError(f"{self.owner._who}: {what} must have the structure of "
+                             f"{'the output' if what == 'cotangent' else 'the differentiated arguments'}")
+        got = [np.shape(leaf) for leaf in leaves]
+        if got != shapes:
+            raise ValueError(f"{self.owner._who}: {what} has shapes {got}, expected {shapes}")
+        return leaves
 
-    def _one(self, parts: list) -> Any:
-        return parts[0] if isinstance(self.owner.argnums_spec, int) else tuple(parts)
-
-    def _unpack(self, out: Any) -> Any:
-        t = self.owner.transform
-        if t == "jit":
-            return self._outputs(out)
-        if t == "value_and_grad":
-            return out[0], self._one(self._split(out[1]))
-        if t == "grad":
-            return self._one(self._split(out[1]))
-        if t == "hvp":
-            return self._one(self._split(out))
-        if self.owner.sparse:
-            return out
-        if t == "jacobian":
-            out_shape = self._out_shapes[0]
-            return self._one(self._split(out.reshape(out_shape + (-1,)) if out.ndim else out, out_shape))
-        blocks = [self._split(row_block, shape) for row_block, (_, shape) in
-                  zip(self._split_rows(out), self.wrt)]
-        return blocks[0][0] if isinstance(self.owner.argnums_spec, int) else tuple(map(tuple, blocks))
-
-    def _split_rows(self, H: np.ndarray) -> list[np.ndarray]:
-        return [H[lo:hi] for lo, hi, _ in self._cuts]
-
-    def _outputs(self, out: Any) -> Any:
-        return tuple(_cut(out, self._out_cuts)) if isinstance(self.exprs, tuple) else out
+    def symbolic(self, args: tuple, kwargs: dict, extra: Any) -> Any:
+        """The result for symbolic arguments: this trace's formulas with the arguments put in."""
+        mapping: dict[Expr, Any] = {}
+        for key, slot in self.slots.items():
+            value = kwargs[key] if isinstance(key, str) else args[key]
+            for sym, leaf in zip(slot.syms, pytree.flatten(value)[0]):
+                mapping.update(zip(as_expr_list(sym), np.ravel(np.asarray(leaf, dtype=object)).tolist()))
+        if self.extra:
+            leaves = self._extra_values(extra)
+            values = [v for leaf in leaves for v in np.ravel(np.asarray(leaf, dtype=object)).tolist()]
+            mapping.update(zip(self.extra, values))
+        flat = substitute(list(self.flat), mapping) if self.flat else []
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return self._structure(_pieces(out, self.blocks))
 
 
 class Function:
@@ -247,9 +416,10 @@ class Function:
     Made by ``sg.jit``, ``sg.grad``, ``sg.value_and_grad``, ``sg.jacobian``, ``sg.hessian``
     and ``sg.hvp``. After a call, ``.exprs`` is what ``fn`` returned on symbolic arguments,
     ``.formulas()`` prints it with its derivatives, ``.source`` is the generated code;
-    ``.trace(*args)`` gives the :class:`Trace` for other argument shapes.
+    ``.trace(*args)`` gives the :class:`Trace` for other argument shapes. Called with
+    symbolic arguments (inside another transform), it returns expressions.
 
-    >>> import numpy as np, symgrad as sg
+    >>> import math, numpy as np, symgrad as sg
     >>> def f(x):
     ...     return np.sum(x[1:] * x[:-1]) + np.sin(x[0])
     >>> df = sg.grad(f)
@@ -260,15 +430,19 @@ class Function:
     df/dx[0] = x[1] + cos(x[0])
     df/dx[1] = x[0] + x[2]
     df/dx[2] = x[1]
+    >>> sg.grad(sg.grad(np.sin))(0.5) == -math.sin(0.5)  # transforms compose
+    True
     """
 
     def __init__(self, fn: Any, transform: str, argnums: Any = 0, static_argnums: Any = (),
-                 static_argnames: Any = (), sparse: bool = False, backend: str = "auto") -> None:
+                 static_argnames: Any = (), sparse: bool = False, backend: str = "auto",
+                 has_aux: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"sg.{transform}: expected a function, got {type(fn).__name__}")
         if backend not in compiled.BACKENDS:
             raise ValueError(f"backend must be one of {compiled.BACKENDS}, got {backend!r}")
         self.fn, self.transform, self.sparse, self.backend = fn, transform, bool(sparse), backend
+        self.has_aux = bool(has_aux)
         self.argnums_spec = argnums
         self.argnums = _int_tuple(argnums, "argnums")
         if transform == "hvp" and len(self.argnums) != 1:
@@ -280,7 +454,9 @@ class Function:
         self.static_argnames = frozenset(names)
         self._traces: OrderedDict = OrderedDict()
         self._last: Trace | None = None
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn, updated=())  # not fn.__dict__: a Function inside keeps its own
+        self.__name__ = getattr(fn, "__name__", None) or _describe(fn)
+        self._who = f"sg.{transform}({self.__name__})"
 
     def _names(self, n: int) -> list[str]:
         try:
@@ -291,20 +467,42 @@ class Function:
         star = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "arg")
         return names[:n] + [f"{star}{i}" for i in range(len(names[:n]), n)]
 
-    def _key(self, args: tuple, kwargs: dict) -> tuple:
-        if not kwargs and not self.static_argnums:
-            return tuple(map(np.shape, args))
-        key = []
-        for i, a in enumerate(args):
-            key.append(_static(a, i, self) if i in self.static_argnums else np.shape(a))
-        for k in sorted(kwargs):
-            key.append((k, _static(kwargs[k], k, self) if k in self.static_argnames else np.shape(kwargs[k])))
-        return tuple(key)
+    def _wrt_keys(self, n_args: int, slots: dict) -> list:
+        """The differentiated arguments' keys: argnums (negative ones from the end), all for jit / jvp / vjp."""
+        if self.transform == "jit":
+            return list(slots)
+        if self.transform in ("jvp", "vjp"):
+            return [i for i in range(n_args) if i in slots]
+        keys = []
+        for n in self.argnums:
+            k = n + n_args if n < 0 else n
+            if not 0 <= k < n_args or k not in slots:
+                raise TypeError(f"{self._who}: argnums {n} is not a traced positional argument "
+                                f"(called with {n_args} positional arguments)")
+            keys.append(k)
+        return keys
+
+    def _key(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The trace cache key (shapes, tree structures, static values); None for symbolic arguments."""
+        if kwargs or self.static_argnums:
+            sigs = [_static(a, i, self) if i in self.static_argnums else _signature(a) for i, a in enumerate(args)]
+            for k in sorted(kwargs):
+                sigs.append((k, _static(kwargs[k], k, self) if k in self.static_argnames else _signature(kwargs[k])))
+                if sigs[-1][1] is _SYMBOLIC:
+                    return None
+            key = tuple(sigs)
+        else:
+            key = tuple(map(_signature, args))
+        return None if _SYMBOLIC in key else key
 
     def trace(self, *args: Any, **kwargs: Any) -> Trace:
         """The :class:`Trace` for these arguments' shapes (traced and compiled on first use)."""
-        args, kwargs = self._traced_arguments(args, kwargs)
-        key = self._key(args, kwargs)
+        args, kwargs, _ = self._split_extra(args, kwargs)
+        return self._trace(self._key(args, kwargs), args, kwargs)
+
+    def _trace(self, key: tuple | None, args: tuple, kwargs: dict) -> Trace:
+        if key is None:
+            raise TypeError(f"{self._who}.trace: the arguments are symbolic; call the function instead")
         t = self._traces.get(key)
         if t is None:
             t = Trace(self, args, kwargs)
@@ -314,23 +512,34 @@ class Function:
         self._last = t
         return t
 
-    def _traced_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """The arguments ``fn`` takes: an hvp's call has the vector ``v`` besides (last, or v=)."""
+    def _split_extra(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any]:
+        """fn's arguments and the vector an hvp takes besides (last, or v=)."""
         if self.transform != "hvp":
-            return args, kwargs
+            return args, kwargs, None
         if "v" in kwargs:
-            return args, {k: v for k, v in kwargs.items() if k != "v"}
+            return args, {k: v for k, v in kwargs.items() if k != "v"}, kwargs["v"]
         if not args:
             raise TypeError("sg.hvp: call it as hv(*args, v) with the vector v last")
-        return args[:-1], kwargs
+        return args[:-1], kwargs, args[-1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        t = self._traces.get(self._key(*self._traced_arguments(args, kwargs)) if self.transform == "hvp"
-                             else self._key(args, kwargs))
-        if t is None:
-            t = self.trace(*args, **kwargs)
+        if self.transform == "hvp":
+            return self.call(*self._split_extra(args, kwargs))
+        key = self._key(args, kwargs)
+        t = self._traces.get(key)
+        if t is None or _tracing.depth:
+            return self.call(args, kwargs)
         self._last = t
         return t(args, kwargs)
+
+    def call(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
+        """Call with fn's arguments and the transform's vector (hvp's v, jvp's tangents, a vjp's cotangent)."""
+        key = self._key(args, kwargs)
+        if key is None or _tracing.depth or extra is not None and _has_symbolic(extra):
+            if self.transform == "jit":  # inside another trace jit is the function itself
+                return self.fn(*args, **kwargs)
+            return Trace(self, args, kwargs, fresh=True).symbolic(args, kwargs, extra)
+        return self._trace(key, args, kwargs)(args, kwargs, extra)
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:
         """The sum over data rows: every traced argument not differentiated (not in ``argnums``)
@@ -344,7 +553,8 @@ class Function:
         """
         if self.transform not in ("grad", "value_and_grad"):
             raise TypeError(f"sum: for sg.grad and sg.value_and_grad, not sg.{self.transform}")
-        data = [i for i in range(len(args)) if i not in self.argnums and i not in self.static_argnums]
+        argnums = {n + len(args) if n < 0 else n for n in self.argnums}
+        data = [i for i in range(len(args)) if i not in argnums and i not in self.static_argnums]
         data += [k for k in kwargs if k not in self.static_argnames]
         pick = lambda key: kwargs[key] if isinstance(key, str) else args[key]
         counts = {key: np.shape(pick(key))[:1] for key in data}
@@ -355,10 +565,8 @@ class Function:
         t = self.trace(*(one_row(i, a) for i, a in enumerate(args)),
                        **{k: one_row(k, v) for k, v in kwargs.items()})
         n = counts[data[0]][0]
-        P = np.hstack([np.reshape(pick(key), (n, -1)) for key, _ in t.data]).astype(float, copy=False)
-        value, grads = t.compiled.sum(Trace._pack(t.wrt, args, kwargs), P)
-        parts = t._one(t._split(grads))
-        return (value, parts) if self.transform == "value_and_grad" else parts
+        P = np.hstack([np.reshape(pick(key), (n, -1)) for key in t.data_keys]).astype(float, copy=False)
+        return t.assemble(t.compiled.sum(t._pack(t.wrt_keys, args, kwargs), P))
 
     def _latest(self) -> Trace:
         if self._last is None:
@@ -392,21 +600,30 @@ class Function:
 
     def __reduce__(self) -> tuple:  # pickles by reference to fn; traces again where it lands
         return (Function, (self.fn, self.transform, self.argnums_spec, tuple(self.static_argnums),
-                           tuple(self.static_argnames), self.sparse, self.backend))
+                           tuple(self.static_argnames), self.sparse, self.backend, self.has_aux))
 
     def __repr__(self) -> str:
-        return f"<sg.{self.transform}({self.__name__}), {len(self._traces)} traced signature(s)>"
+        return f"<{self._who}, {len(self._traces)} traced signature(s)>"
+
+
+def _describe(fn: Any) -> str:
+    """A name for a callable without ``__name__`` (functools.partial, a callable object)."""
+    inner = getattr(fn, "func", None)
+    if inner is not None:
+        return f"partial({getattr(inner, '__name__', type(inner).__name__)})"
+    return type(fn).__name__
+
+
+def _has_symbolic(tree: Any) -> bool:
+    return any(_is_symbolic(leaf) for leaf in pytree.flatten(tree)[0])
 
 
 def _int_tuple(spec: Any, what: str) -> tuple[int, ...]:
     items = (spec,) if isinstance(spec, int | np.integer) else spec
     try:
-        out = tuple(int(i) for i in items)
+        return tuple(int(i) for i in items)
     except TypeError:
         raise TypeError(f"{what} must be an int or a tuple of ints, got {spec!r}") from None
-    if any(i < 0 for i in out):
-        raise ValueError(f"{what} must be non-negative, got {spec!r}")
-    return out
 
 
 def _static(value: Any, where: Any, owner: Function) -> Any:
@@ -428,6 +645,18 @@ def _argnums(positional: Any, keyword: Any) -> Any:
     return keyword if keyword is not None else 0 if positional is None else positional
 
 
+_OPTIONS = ("static_argnums", "static_argnames", "backend", "has_aux")
+
+
+def _options(name: str, options: dict, accepted: tuple = _OPTIONS) -> dict:
+    """The keyword options of a transform, or a TypeError naming the unknown ones and listing the rest."""
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise TypeError(f"sg.{name}() got unexpected keyword argument(s) {', '.join(unknown)}; "
+                        f"accepted: {', '.join(('argnums', *accepted))}")
+    return options
+
+
 def jit(fn: Any = None, *, static_argnums: Any = (), static_argnames: Any = (), backend: str = "auto") -> Any:
     """Compile a Python function of floats and arrays (a decorator, with or without options).
 
@@ -445,15 +674,19 @@ def jit(fn: Any = None, *, static_argnums: Any = (), static_argnames: Any = (), 
 def grad(f: Any, wrt: Any = None, *, argnums: Any = None, **options: Any) -> Any:
     """The gradient: of a Python function (a compiled function, JAX-style ``argnums``), or of an expression.
 
+    Options: ``has_aux``, ``static_argnums``, ``static_argnames``, ``backend``.
+
     >>> import symgrad as sg
     >>> sg.grad(lambda x, y: x * y + sg.sin(x), argnums=(0, 1))(2.0, 3.0)
     (2.5838531634528574, 2.0)
+    >>> sg.grad(lambda p: p["a"] * p["b"])({"a": 2.0, "b": 3.0})
+    {'a': 3.0, 'b': 2.0}
     >>> x, y = sg.symbols("x y")
     >>> sg.grad(x * y + sg.sin(x), [x, y])
     [y + cos(x), x]
     """
     if _is_function(f):
-        return Function(f, "grad", _argnums(wrt, argnums), **options)
+        return Function(f, "grad", _argnums(wrt, argnums), **_options("grad", options))
     return symbolic.grad(f, wrt)
 
 
@@ -462,7 +695,8 @@ def value_and_grad(f: Any, wrt: Any = None, params: Any = (), backend: str = "au
     """A compiled function returning ``(value, gradient)``: of a Python function, or of an expression.
 
     For an expression, ``wrt`` are the variables (the vector ``x``) and ``params`` further
-    variables passed as ``p``: see :func:`symgrad.compile.function.value_and_grad`.
+    variables passed as ``p``: see :func:`symgrad.compile.function.value_and_grad`. With
+    ``has_aux=True`` the result is ``((value, aux), gradient)``, as in JAX.
 
     >>> import numpy as np, symgrad as sg
     >>> vg = sg.value_and_grad(lambda x: np.sum(x ** 2))
@@ -470,12 +704,17 @@ def value_and_grad(f: Any, wrt: Any = None, params: Any = (), backend: str = "au
     (5.0, array([2., 4.]))
     """
     if _is_function(f):
+        options = _options("value_and_grad", options)
         return Function(f, "value_and_grad", _argnums(wrt, argnums), backend=backend, **options)
+    _options("value_and_grad", options, ())
     return compiled.value_and_grad(f, wrt, params, backend)
 
 
 def jacobian(f: Any, wrt: Any = None, *, sparse: bool = False, argnums: Any = None, **options: Any) -> Any:
     """The Jacobian of a Python function (compiled) or of expressions; ``sparse=True``: CSR, nonzeros only.
+
+    For a function, each output leaf gets a block per differentiated argument, shaped
+    ``output.shape + argument.shape`` (JAX's ``jacrev``).
 
     >>> import numpy as np, symgrad as sg
     >>> sg.jacobian(lambda x: x[1:] - x[:-1] ** 2)(np.array([1.0, 2.0, 3.0]))
@@ -483,7 +722,8 @@ def jacobian(f: Any, wrt: Any = None, *, sparse: bool = False, argnums: Any = No
            [ 0., -4.,  1.]])
     """
     if _is_function(f):
-        return Function(f, "jacobian", _argnums(wrt, argnums), sparse=sparse, **options)
+        return Function(f, "jacobian", _argnums(wrt, argnums), sparse=sparse, **_options("jacobian", options))
+    _options("jacobian", options, ())
     return sparse_jacobian(f, wrt) if sparse else symbolic.jacobian(f, wrt)
 
 
@@ -501,7 +741,8 @@ def hessian(f: Any, wrt: Any = None, *, sparse: bool = False, argnums: Any = Non
            [0., 6., 4.]])
     """
     if _is_function(f):
-        return Function(f, "hessian", _argnums(wrt, argnums), sparse=sparse, **options)
+        return Function(f, "hessian", _argnums(wrt, argnums), sparse=sparse, **_options("hessian", options))
+    _options("hessian", options, ())
     return sparse_hessian(f, wrt) if sparse else symbolic.hessian(f, wrt)
 
 
@@ -509,8 +750,9 @@ def hvp(f: Any, wrt: Any = None, params: Any = (), backend: str = "auto", *, arg
         **options: Any) -> Any:
     """Hessian-vector products ``H(x) @ v`` without forming ``H`` (forward over reverse mode).
 
-    For a Python function: ``hvp(fn)(*args, v)``. For an expression: a compiled ``hv(x, p)``
-    where ``p`` holds the values of ``params`` followed by ``v``.
+    For a Python function: ``hvp(fn)(*args, v)``, ``v`` shaped like the differentiated
+    argument. For an expression: a compiled ``hv(x, p)`` where ``p`` holds the values of
+    ``params`` followed by ``v``.
 
     >>> import numpy as np, symgrad as sg
     >>> hv = sg.hvp(lambda x: np.sum(x ** 3))
@@ -521,8 +763,78 @@ def hvp(f: Any, wrt: Any = None, params: Any = (), backend: str = "auto", *, arg
     array([4., 2.])
     """
     if _is_function(f):
+        options = _options("hvp", options, ("static_argnums", "static_argnames"))
         return Function(f, "hvp", _argnums(wrt, argnums), backend=backend, **options)
+    _options("hvp", options, ())
     inputs = as_expr_list(wrt)
     tangents = [Var(f"Δ{v.payload}") for v in inputs]
     hv = symbolic.jvp(symbolic.grad(f, inputs), inputs, tangents)
     return compiled.compile(np.array(hv, dtype=object), inputs, [*as_expr_list(params), *tangents], backend)
+
+
+@functools.lru_cache(maxsize=64)
+def _applied(fn: Any, transform: str, has_aux: bool, backend: str) -> Function:
+    """The Function behind sg.jvp / sg.vjp of ``fn``, so repeated calls reuse its traces (bounded)."""
+    return Function(fn, transform, (), backend=backend, has_aux=has_aux)
+
+
+def _applied_to(fn: Any, transform: str, has_aux: bool, backend: str) -> Function:
+    if not callable(fn):
+        raise TypeError(f"sg.{transform}: expected a function, got {type(fn).__name__}")
+    try:
+        return _applied(fn, transform, bool(has_aux), backend)
+    except TypeError:  # an unhashable callable: no reuse
+        return Function(fn, transform, (), backend=backend, has_aux=has_aux)
+
+
+def jvp(fn: Any, primals: Any, tangents: Any, *, has_aux: bool = False, backend: str = "auto") -> Any:
+    """Forward mode, as ``jax.jvp``: ``(fn(*primals), directional derivative along tangents)``.
+
+    ``primals`` and ``tangents`` are tuples of the same structure; outputs come in fn's
+    structure. With ``has_aux=True``: ``(out, tangent_out, aux)``.
+
+    >>> import numpy as np, symgrad as sg
+    >>> sg.jvp(lambda x, y: x * np.sin(y), (2.0, 0.0), (1.0, 1.0))
+    (0.0, 2.0)
+    >>> x, y = sg.symbols("x y")
+    >>> sg.jvp(x * y, [x, y], [1, 0])  # of expressions: wrt variables and their tangents
+    y
+    """
+    if not _is_function(fn):  # expressions: the symbolic forward mode
+        return symbolic.jvp(fn, primals, tangents)
+    if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
+        raise TypeError("sg.jvp: primals and tangents must be tuples (one entry per argument of fn)")
+    if len(primals) != len(tangents):
+        raise ValueError(f"sg.jvp: {len(primals)} primals but {len(tangents)} tangents")
+    out = _applied_to(fn, "jvp", has_aux, backend).call(tuple(primals), {}, tuple(tangents))
+    return (*out[0], out[1]) if has_aux else out
+
+
+def vjp(fn: Any, *primals: Any, has_aux: bool = False, backend: str = "auto") -> Any:
+    """Reverse mode, as ``jax.vjp``: ``(fn(*primals), vjp_fn)``; ``vjp_fn(cotangent)`` gives a tuple
+    with one cotangent per primal, ``cotangent`` being shaped like fn's output.
+    With ``has_aux=True``: ``(out, vjp_fn, aux)``.
+
+    >>> import numpy as np, symgrad as sg
+    >>> out, back = sg.vjp(lambda x: x ** 2, np.array([1.0, 3.0]))
+    >>> out, back(np.array([1.0, 10.0]))
+    (array([1., 9.]), (array([ 2., 60.]),))
+    """
+    F = _applied_to(fn, "vjp", has_aux, backend)
+    result = F.call(primals, {}, _zeros_like_output(F, primals))
+    (out, _), aux = result if has_aux else (result, None)
+
+    def vjp_fn(cotangent: Any) -> tuple:
+        back = F.call(primals, {}, cotangent)
+        return (back[0] if has_aux else back)[1]
+
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _zeros_like_output(F: Function, primals: tuple) -> Any:
+    """A zero cotangent in the structure of fn's output (to evaluate the output itself)."""
+    if F._key(primals, {}) is None or _tracing.depth:  # inside a trace: the output's structure, fresh
+        t = Trace(F, primals, {}, fresh=True)
+    else:
+        t = F._trace(F._key(primals, {}), primals, {})
+    return pytree.unflatten(t.out_tree, [np.zeros(s) if s else 0.0 for _, s in t.outputs])

@@ -141,7 +141,7 @@ def test_inspection_formulas_and_source():
                                          "df/dx[1] = x[0]"]
     assert str(g.exprs) == "x[0]*x[1] + sin(x[0])"
     assert [str(d) for d in g.derivatives] == ["x[1] + cos(x[0])", "x[0]"]
-    assert "sin" in g.source
+    assert "cos" in g.source
     t = g.trace(np.zeros(3))
     assert t.arguments["x"].shape == (3,) and t.compiled.program.inputs == ("x[0]", "x[1]", "x[2]")
     assert "d2f/dx[0]dx[1] = 1" in sg.hessian(lambda x: x[0] * x[1], **VM).trace(np.zeros(2)).formulas()
@@ -211,7 +211,7 @@ def test_bad_arguments_are_named():
         sg.grad(lambda x: x, argnums=2, **VM)(1.0)
     with pytest.raises(TypeError, match="expected a function"):
         sg.jit(3)
-    with pytest.raises(ValueError, match="sparse=True is for"):
+    with pytest.raises(TypeError, match="unexpected keyword argument.*sparse; accepted: argnums, static_argnums"):
         sg.grad(lambda x: x, sparse=True)
 
 
