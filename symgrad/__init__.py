@@ -12,7 +12,7 @@ from symgrad.compile.lower import Program
 from symgrad.expr.arrays import SymArray
 from symgrad.expr.build import FUNCS as _FUNCS
 from symgrad.expr.build import Var, const, symbols, vector
-from symgrad.expr.diff import diff, jvp
+from symgrad.expr.diff import diff
 from symgrad.expr.interp import evaluate
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex

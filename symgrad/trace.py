@@ -198,7 +198,8 @@ class Trace:
             self.outputs, self.out_tree = _out_leaves(result, who)
             self.aux, self.aux_tree = _out_leaves(aux, f"{who} (aux)") if owner.has_aux else ([], None)
             self.extra = self._extra_variables(tag)
-            self.flat, self.derivatives, self.blocks, self._structure = self._derive(sparse=owner.sparse and not fresh)
+            derived = self._derive(sparse=owner.sparse and not fresh)
+            self.flat, self.derivatives, self.blocks, self._structure = derived
         self._plain = [k for k in (*self.wrt_keys, *self.data_keys) if self.slots[k].treedef is pytree.LEAF]
         self._single = len(self.wrt_keys) == 1 and self.wrt_keys[0] in self._plain
 
@@ -238,12 +239,12 @@ class Trace:
         aux_blocks = [(shape, None) for _, shape in self.aux]
         wrt_blocks = _blocks(self.wrt_shapes, self.wrt_dtypes)
         W = functools.partial(pytree.unflatten, self.wrt_tree)
-        O = functools.partial(pytree.unflatten, self.out_tree)
+        Out = functools.partial(pytree.unflatten, self.out_tree)
         if t in _SCALAR_OUT and (len(outs) != 1 or out_shapes[0] != ()):
             raise TypeError(f"{who}: the function must return one scalar, got shape "
                             f"{', '.join(str(s) for s in out_shapes)}; use sg.jacobian for vector outputs")
         if t == "jit":
-            return outs, None, [(s, None) for s in out_shapes], O
+            return outs, None, [(s, None) for s in out_shapes], Out
         if t in ("grad", "value_and_grad"):
             g = symbolic.grad(outs[0], self.inputs)
             if t == "grad":
@@ -259,13 +260,13 @@ class Trace:
             blocks = [(s, None) for s in out_shapes]
             n = len(blocks)
             return [*outs, *tangents, *aux], tangents, blocks * 2 + aux_blocks, self._with_aux(
-                lambda p: (O(p[:n]), O(p[n:2 * n])), 2 * n)
+                lambda p: (Out(p[:n]), Out(p[n:2 * n])), 2 * n)
         if t == "vjp":
             total = sum((c * e for c, e in zip(self.extra, outs)), 0.0)
             g = symbolic.grad(total, self.inputs) if self.inputs else []
             n = len(out_shapes)
             return [*outs, *g, *aux], g, [(s, None) for s in out_shapes] + wrt_blocks + aux_blocks, \
-                self._with_aux(lambda p: (O(p[:n]), W(p[n:])), n + len(wrt_blocks))
+                self._with_aux(lambda p: (Out(p[:n]), W(p[n:])), n + len(wrt_blocks))
         if t == "jacobian":
             if sparse:
                 if owner.has_aux:
@@ -274,7 +275,7 @@ class Trace:
                 return J, J, None, None
             J = symbolic.jacobian(outs, self.inputs) if outs and self.inputs else np.empty(
                 (len(outs), len(self.inputs)), dtype=object)
-            return self._matrix(J, out_shapes, O, aux, aux_blocks)
+            return self._matrix(J, out_shapes, Out, aux, aux_blocks)
         if sparse:  # hessian
             if owner.has_aux:
                 raise ValueError(f"{who}: has_aux=True is not supported with sparse=True")
@@ -283,7 +284,8 @@ class Trace:
         H = symbolic.hessian(outs[0], self.inputs) if self.inputs else np.empty((0, 0), dtype=object)
         return self._matrix(H, self.wrt_shapes, W, aux, aux_blocks)
 
-    def _matrix(self, M: np.ndarray, row_shapes: list[tuple], rows_tree: Any, aux: list, aux_blocks: list) -> tuple:
+    def _matrix(self, M: np.ndarray, row_shapes: list[tuple], rows_tree: Any, aux: list,
+                aux_blocks: list) -> tuple:
         """Blocks of a derivative matrix: rows cut by ``row_shapes``, columns by the wrt leaves."""
         row_cuts = np.cumsum([0, *(int(np.prod(s)) for s in row_shapes)])
         col_cuts = np.cumsum([0, *(int(np.prod(s)) for s in self.wrt_shapes)])
@@ -487,7 +489,8 @@ class Function:
         if kwargs or self.static_argnums:
             sigs = [_static(a, i, self) if i in self.static_argnums else _signature(a) for i, a in enumerate(args)]
             for k in sorted(kwargs):
-                sigs.append((k, _static(kwargs[k], k, self) if k in self.static_argnames else _signature(kwargs[k])))
+                v = kwargs[k]
+                sigs.append((k, _static(v, k, self) if k in self.static_argnames else _signature(v)))
                 if sigs[-1][1] is _SYMBOLIC:
                     return None
             key = tuple(sigs)
