@@ -68,7 +68,7 @@ def _wrt(text: str, variables: list) -> list:
     if not text:
         return variables
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unused = [n for n in names if Var(n) not in variables]
+    unused = [n for n in names if Var(n) not in set(variables)]
     if unused:
         raise CliError(f"--wrt: the formula does not use {', '.join(unused)}")
     return [Var(n) for n in names]
@@ -94,7 +94,7 @@ def _results(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     f = parse(args.formula)
     variables = free_variables(f)
     wrt = _wrt(args.wrt, variables)
-    params = [v for v in variables if v not in wrt]
+    params = [v for v in variables if v not in set(wrt)]
     names, pnames = [v.name for v in wrt], [v.name for v in params]
     g = grad(f, wrt)
     out: dict[str, Any] = {"formula": str(f), "variables": [v.name for v in variables], "wrt": names,

@@ -36,11 +36,17 @@ def test_nodes_are_immutable():
         x.payload = "y"
 
 
-def test_equality_is_identity_and_conditions_are_not_bools():
-    assert (x == x) is True
-    assert (x == y) is False
-    assert sg.const(2) == 2
-    assert x != y
+def test_identity_is_is_and_equality_builds_a_comparison():
+    assert (x * y) is (y * x) and (x * y) is not (x * x)
+    # == and != are comparisons, never identity: a traced x == y must not answer from the graph
+    assert (x == x).op.name == "eq" and (x != y).op.name == "ne"
+    assert sg.evaluate(x == y, {x: 2.0, y: 2.0}) == 1.0 and sg.evaluate(x != y, {x: 2.0, y: 2.0}) == 0.0
+    assert sg.evaluate(x == x, {x: float("nan")}) == 0.0  # nan == nan is false: no folding to True
+    assert sg.const(2) == 2 and bool(x * 0 == 0)  # folded constants have a truth value
+    with pytest.raises(TypeError, match="sg.where"):
+        bool(x == y)
+    with pytest.raises(TypeError, match="sg.where"):
+        _ = x in [y]
     with pytest.raises(TypeError, match="sg.where"):
         bool(x < y)
     with pytest.raises(TypeError, match="sg.where"):

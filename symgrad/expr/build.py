@@ -279,7 +279,8 @@ def _operator(name: str, reflected: bool = False) -> Callable:
     return method
 
 
-for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow": "pow"}.items():
+for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow": "pow", "mod": "mod",
+                       "floordiv": "floor_divide"}.items():
     setattr(Expr, f"__{_name}__", _operator(_opname))
     setattr(Expr, f"__r{_name}__", _operator(_opname, reflected=True))
 for _name in ("lt", "le", "gt", "ge"):

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from numbers import Real
 from typing import Any
 
+import numpy as np
+
 _MASK = (1 << 64) - 1
 
 
@@ -78,19 +80,17 @@ class Expr:
 
     __hash__ = object.__hash__
 
-    def __eq__(self, other: object) -> bool:
-        """Structural identity; with a number, whether this is that constant."""
-        if isinstance(other, Expr):
-            return self is other
-        if isinstance(other, Real):
-            return self.op.name == "const" and self.payload == float(other)
-        return NotImplemented
+    # == and != build comparison nodes, as every other comparison does (and as in JAX): a traced
+    # `x == y` must never answer from identity. Structural identity is `is`.
+    def __eq__(self, other: object) -> Any:
+        return _compare(ops.eq, self, other)
 
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
+    def __ne__(self, other: object) -> Any:
+        return _compare(ops.ne, self, other)
 
     def __bool__(self) -> bool:
+        if self.op.name == "const":  # a folded condition (x*0 == 0) has a value
+            return self.payload != 0.0
         raise TracingError(
             f"the truth value of the symbolic expression {_short(self)} is unknown until it is "
             "evaluated: a Python if / and / or / max / min on a traced value cannot be compiled; use "
@@ -137,6 +137,12 @@ class Expr:
         from symgrad.expr import arrays
 
         return arrays.array_function(func, args, kwargs)
+
+
+def _compare(op: Any, a: Expr, b: object) -> Any:
+    if isinstance(b, Expr | Real | np.bool_):
+        return build.apply(op, (a, b))
+    return NotImplemented
 
 
 def _short(e: Expr) -> str:
@@ -234,4 +240,4 @@ def _unpickle(nodes: list, outputs: list) -> Expr:
 
 
 # Late imports: these modules build on Expr, and Expr's methods call back into them.
-from symgrad.expr import build, printing, traverse  # noqa: E402
+from symgrad.expr import build, ops, printing, traverse  # noqa: E402

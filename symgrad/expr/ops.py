@@ -122,7 +122,10 @@ div = _row("div", 2, np.divide, "{0} / {1}", (lambda a, b, o: 1.0 / b, lambda a,
 neg = _row("neg", 1, np.negative, "-{0}", (lambda a, o: -1.0,), ufunc=np.negative,
            to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)))
 pow = _row("pow", 2, np.power, "{0} ** {1}",
-           (lambda a, b, o: b * a ** (b - 1.0), lambda a, b, o: o * log(a)),
+           # JAX's conventions where the textbook partials give 0 * inf: d/da is 0 at b == 0
+           # (a**0 is constant), d/db is 0 at a == 0 (log 0 replaced by log 1), not nan.
+           (lambda a, b, o: where(eq(b, 0.0), 0.0, b * a ** (b - 1.0)),
+            lambda a, b, o: o * log(where(eq(a, 0.0), 1.0, a))),
            ufunc=np.power, to_sympy=lambda a, b: a ** b, prec=POW, template=((0, POW + 1), "**", (1, POW)),
            latex=((0, POW + 1), "^{", (1, 0), "}"))
 
@@ -164,8 +167,10 @@ acosh = _row("acosh", 1, np.arccosh, "math.acosh({0})", (lambda a, o: 1.0 / sqrt
              ufunc=np.arccosh, aliases=("arccosh",), to_sympy=sympy.acosh)
 atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0 - a * a),),
              ufunc=np.arctanh, aliases=("arctanh",), to_sympy=sympy.atanh)
-hypot = _row("hypot", 2, np.hypot, "math.hypot({0}, {1})", (lambda a, b, o: a / o, lambda a, b, o: b / o),
-             commutative=True, ufunc=np.hypot, to_sympy=lambda a, b: sympy.sqrt(a * a + b * b))
+logaddexp = _row("logaddexp", 2, np.logaddexp,
+                 "({0} + 0.6931471805599453 if {0} == {1} else max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
+                 (lambda a, b, o: exp(a - o), lambda a, b, o: exp(b - o)), commutative=True, ufunc=np.logaddexp,
+                 to_sympy=lambda a, b: sympy.log(sympy.exp(a) + sympy.exp(b)), doc="log(exp(a) + exp(b)), smooth")
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
            to_sympy=sympy.erf, latex=_func(r"\operatorname{erf}"))
 sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + math.exp(-{0}))",
@@ -176,6 +181,27 @@ softplus = _row("softplus", 1, lambda a: np.maximum(a, 0.0) + np.log1p(np.exp(-n
                 to_sympy=lambda a: sympy.log(1 + sympy.exp(a)))
 
 # ---- kinks and steps (derivatives by the documented convention) --------------------------------
+hypot = _row("hypot", 2, np.hypot, "math.hypot({0}, {1})",  # a cone at the origin: split 1/2 : 1/2 there
+             (lambda a, b, o: where(eq(o, 0.0), 0.5, a / o), lambda a, b, o: where(eq(o, 0.0), 0.5, b / o)),
+             commutative=True, ufunc=np.hypot, to_sympy=lambda a, b: sympy.sqrt(a * a + b * b),
+             branch=lambda a, b: (a == 0) & (b == 0))
+# NumPy's npy_divmod as expressions over fmod (Numba's np.remainder / np.floor_divide differ from NumPy's at
+# infinities and signed zeros): the Python convention, remainder with the divisor's sign. Printed a notch
+# below * so that a product of remainders keeps its parentheses (Python reads a % b*c as (a % b)*c).
+_FMOD = "np.fmod({0}, {1})"
+_REMAINDER = (f"({_FMOD} if {{1}} == 0.0 else (({_FMOD} + {{1}} if ({{1}} < 0.0) != ({_FMOD} < 0.0) else {_FMOD}) "
+              f"if {_FMOD} != 0.0 else math.copysign(0.0, {{1}})))")
+_QUOTIENT = (f"(({{0}} - {_FMOD}) / {{1}} - (1.0 if {_FMOD} != 0.0 and (({{1}} < 0.0) != ({_FMOD} < 0.0)) "
+             "else 0.0))")
+_FLOOR_DIVIDE = (f"({{0}} / {{1}} if {{1}} == 0.0 else ((np.floor({_QUOTIENT}) + (1.0 if {_QUOTIENT} - "
+                 f"np.floor({_QUOTIENT}) > 0.5 else 0.0)) if {_QUOTIENT} != 0.0 else math.copysign(0.0, {{0}} / {{1}})))")
+mod = _row("mod", 2, np.remainder, _REMAINDER,
+           (lambda a, b, o: 1.0, lambda a, b, o: -floor_divide(a, b)), ufunc=np.remainder,
+           to_sympy=lambda a, b: a - b * sympy.floor(a / b), branch=np.floor_divide,
+           **_infix(" % ", MUL - 1, MUL, MUL + 1, r" \bmod "))
+floor_divide = _row("floor_divide", 2, np.floor_divide, _FLOOR_DIVIDE, (None, None),
+                    ufunc=np.floor_divide, to_sympy=lambda a, b: sympy.floor(a / b), branch=np.floor_divide,
+                    **_infix(" // ", MUL - 1, MUL, MUL + 1, r" \mathbin{//} "))
 abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
            aliases=("__abs__",), to_sympy=sympy.Abs, branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
 sign = _row("sign", 1, np.sign, "np.sign({0})", (None,), ufunc=np.sign, to_sympy=sympy.sign,
@@ -209,11 +235,11 @@ ge = _row("ge", 2, _cmp(np.greater_equal), "(1.0 if {0} >= {1} else 0.0)", (None
           to_sympy=_sympy_cmp(sympy.Ge), branch=_cmp(np.greater_equal),
           **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "))
 eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None), ufunc=np.equal,
-          commutative=True,
-          to_sympy=_sympy_cmp(sympy.Eq), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0")
+          commutative=True, to_sympy=_sympy_cmp(sympy.Eq), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0",
+          **_infix(" == ", CMP, CMP + 1, CMP + 1, " = "))
 ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), ufunc=np.not_equal,
-          commutative=True,
-          to_sympy=_sympy_cmp(sympy.Ne), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0")
+          commutative=True, to_sympy=_sympy_cmp(sympy.Ne), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0",
+          **_infix(" != ", CMP, CMP + 1, CMP + 1, r" \neq "))
 where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
              (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
              to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
