@@ -168,7 +168,8 @@ acosh = _row("acosh", 1, np.arccosh, "math.acosh({0})", (lambda a, o: 1.0 / sqrt
 atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0 - a * a),),
              ufunc=np.arctanh, aliases=("arctanh",), to_sympy=sympy.atanh)
 logaddexp = _row("logaddexp", 2, np.logaddexp,
-                 "({0} + 0.6931471805599453 if {0} == {1} else max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
+                 "({0} + 0.6931471805599453 if {0} == {1} else "
+                 "max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
                  (lambda a, b, o: exp(a - o), lambda a, b, o: exp(b - o)), commutative=True, ufunc=np.logaddexp,
                  to_sympy=lambda a, b: sympy.log(sympy.exp(a) + sympy.exp(b)), doc="log(exp(a) + exp(b)), smooth")
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
@@ -194,7 +195,8 @@ _REMAINDER = (f"({_FMOD} if {{1}} == 0.0 else (({_FMOD} + {{1}} if ({{1}} < 0.0)
 _QUOTIENT = (f"(({{0}} - {_FMOD}) / {{1}} - (1.0 if {_FMOD} != 0.0 and (({{1}} < 0.0) != ({_FMOD} < 0.0)) "
              "else 0.0))")
 _FLOOR_DIVIDE = (f"({{0}} / {{1}} if {{1}} == 0.0 else ((np.floor({_QUOTIENT}) + (1.0 if {_QUOTIENT} - "
-                 f"np.floor({_QUOTIENT}) > 0.5 else 0.0)) if {_QUOTIENT} != 0.0 else math.copysign(0.0, {{0}} / {{1}})))")
+                 f"np.floor({_QUOTIENT}) > 0.5 else 0.0)) if {_QUOTIENT} != 0.0 "
+                 "else math.copysign(0.0, {0} / {1})))")
 mod = _row("mod", 2, np.remainder, _REMAINDER,
            (lambda a, b, o: 1.0, lambda a, b, o: -floor_divide(a, b)), ufunc=np.remainder,
            to_sympy=lambda a, b: a - b * sympy.floor(a / b), branch=np.floor_divide,
