@@ -179,12 +179,12 @@ def test_numpy_functions_that_need_values_or_floats_raise_clear_errors():
 
     with pytest.raises(sg.TracingError, match=r"Python if .* sg\.where"):
         sg.grad(branchy, **VM)(x)
-    with pytest.raises(sg.TracingError, match=r"np\.isnan is not supported .* np\.sin"):
-        sg.grad(lambda x: np.sum(np.isnan(x)), **VM)(x)
+    with pytest.raises(sg.TracingError, match=r"np\.spacing is not supported .* np\.sin"):
+        sg.grad(lambda x: np.sum(np.spacing(x)), **VM)(x)
     with pytest.raises(sg.TracingError, match=r"np\.sort needs the values"):
         sg.grad(lambda x: np.sort(x)[0], **VM)(x)
-    with pytest.raises(sg.TracingError, match=r"np\.linalg\.solve cannot run on symbolic arrays"):
-        sg.grad(lambda x: np.sum(np.linalg.solve(np.eye(2), x)), **VM)(x)
+    with pytest.raises(sg.TracingError, match=r"np\.linalg\.eigh cannot run on symbolic arrays"):
+        sg.grad(lambda x: np.sum(np.linalg.eigh(np.outer(x, x))[0]), **VM)(x)
     with pytest.raises(sg.TracingError, match=r"math\.\* functions .* sg\.sin"):
         sg.grad(lambda x: math.sin(x[0]), **VM)(x)
     with pytest.raises(sg.TracingError, match="static arguments"):

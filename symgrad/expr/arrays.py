@@ -13,30 +13,52 @@ concrete value raises :class:`TracingError` naming the NumPy function.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from symgrad.expr.build import FUNCS, UFUNCS
+from symgrad.expr.build import FUNCS, UFUNCS, rint
+from symgrad.expr import linalg
 from symgrad.expr.node import Expr, TracingError
 
 _F = FUNCS
+_INF = float("inf")
+_LN2 = math.log(2.0)
+def _fmax_fmin(pick: Callable) -> Callable:
+    """np.fmax / np.fmin: a nan argument yields the other one."""
+    return lambda a, b: _F["where"](a != a, b, _F["where"](b != b, a, pick(a, b)))
+
+
 # NumPy ufuncs that are a few ops each (the op table holds the ones that are exactly one op).
 _DERIVED: dict[Any, Callable] = {
     np.square: lambda a: a * a,
     np.reciprocal: lambda a: 1.0 / a,
     np.positive: lambda a: a,
+    np.conjugate: lambda a: a,  # real values
     np.fabs: _F["abs"],
     np.float_power: _F["pow"],
-    np.log2: lambda a: _F["log"](a) * (1.0 / math.log(2.0)),
+    np.true_divide: _F["div"],
+    np.log2: lambda a: _F["log"](a) * (1.0 / _LN2),
     np.log10: lambda a: _F["log"](a) * (1.0 / math.log(10.0)),
     np.exp2: lambda a: 2.0 ** a,
-    np.logaddexp: lambda a, b: _F["maximum"](a, b) + _F["log1p"](_F["exp"](-_F["abs"](a - b))),
+    np.logaddexp2: lambda a, b: _F["logaddexp"](a * _LN2, b * _LN2) * (1.0 / _LN2),
     np.deg2rad: lambda a: a * (math.pi / 180.0),
     np.rad2deg: lambda a: a * (180.0 / math.pi),
+    np.fmax: _fmax_fmin(_F["maximum"]),
+    np.fmin: _fmax_fmin(_F["minimum"]),
+    np.cbrt: lambda a: _F["where"](a < 0.0, -((-a) ** (1.0 / 3.0)), a ** (1.0 / 3.0)),
+    np.trunc: lambda a: _F["where"](a < 0.0, _F["ceil"](a), _F["floor"](a)),
+    np.rint: rint,
+    np.heaviside: lambda a, h: _F["where"](a != a, a, _F["where"](a < 0.0, 0.0, _F["where"](a > 0.0, 1.0, h))),
+    # Conditions are 1.0 / 0.0, as the comparisons are.
+    np.isnan: lambda a: a != a,
+    np.isinf: lambda a: _F["abs"](a) == _INF,
+    np.isfinite: lambda a: _F["abs"](a) < _INF,
 }
+_DERIVED[np.degrees], _DERIVED[np.radians] = _DERIVED[np.rad2deg], _DERIVED[np.deg2rad]
 ELEMENTWISE: dict[Any, Callable] = {**UFUNCS, **_DERIVED}
 # Reductions NumPy's own object loops do with Python operators (and an identity for empty input).
 _NATIVE = {np.add, np.multiply, np.matmul}
@@ -72,7 +94,9 @@ def wrap(result: Any) -> Any:
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     """``ufunc.method(*inputs, **kwargs)`` with symbolic inputs (NumPy's ``__array_ufunc__``)."""
     name = f"np.{ufunc.__name__}"
-    if kwargs.get("out") is not None:
+    out = kwargs.pop("out", None)
+    outs = out if isinstance(out, tuple) else (out,) if out is not None else ()
+    if any(not (isinstance(o, np.ndarray) and o.dtype == object) for o in outs):
         raise TracingError(f"{name}(..., out=...) cannot store symbolic values in a float array; "
                            "use the returned array instead")
     fn = ELEMENTWISE.get(ufunc)
@@ -81,10 +105,46 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
                            f"(sg.where for conditions) or one of: {_supported()}")
     if method not in ("__call__", "reduce", "accumulate", "outer", "reduceat"):
         raise TracingError(f"{name}.{method} is not supported on symbolic values")
-    if method == "__call__" and not kwargs and not any(isinstance(a, np.ndarray) for a in inputs):
+    if kwargs.get("dtype") is not None and np.dtype(kwargs["dtype"]).kind in "biuf":
+        del kwargs["dtype"]  # the values stay expressions; they are floats once evaluated
+    if method == "__call__" and not kwargs and not outs and not any(isinstance(a, np.ndarray) for a in inputs):
         return fn(*inputs)  # scalars: no array round trip
-    target = ufunc if ufunc in _NATIVE else np.frompyfunc(fn, ufunc.nin, 1)
-    return wrap(getattr(target, method)(*_plain(inputs), **kwargs))
+    if method == "reduce":
+        result = _reduce(ufunc, _plain(inputs)[0], **kwargs)
+    else:
+        result = getattr(_object_ufunc(ufunc), method)(*_plain(inputs), **kwargs)
+    if not outs:
+        return wrap(result)
+    outs[0][...] = result  # NumPy's own code (np.mean, np.var ...) divides into its object temporaries
+    return wrap(outs[0])
+
+
+@functools.lru_cache(maxsize=None)  # one per NumPy ufunc: bounded
+def _object_ufunc(ufunc: Any) -> Any:
+    """The ufunc to run on object arrays: NumPy's own for + * @, else one that builds expressions."""
+    return ufunc if ufunc in _NATIVE else np.frompyfunc(ELEMENTWISE[ufunc], ufunc.nin, 1)
+
+
+_IDENTITY = {np.add: 0.0, np.multiply: 1.0}
+
+
+def _reduce(ufunc: Any, a: np.ndarray, axis: Any = 0, dtype: Any = None, keepdims: bool = False,
+            initial: Any = np._NoValue, where: Any = True) -> Any:
+    """``ufunc.reduce`` over any axes. Only + and * are reorderable in NumPy's object loops, so the
+    others (np.max, np.min ...) reduce the axes moved to the end and merged into one."""
+    if where is not True and initial is np._NoValue:
+        if ufunc not in _IDENTITY:
+            raise TracingError(f"np.{ufunc.__name__}.reduce(..., where=...) needs initial= on symbolic values")
+        initial = _IDENTITY[ufunc]
+    a = np.asarray(a, dtype=object)
+    extra = {} if initial is np._NoValue else {"initial": initial}
+    if ufunc in _NATIVE or where is not True:
+        return _object_ufunc(ufunc).reduce(a, axis=axis, keepdims=keepdims, where=where, **extra)
+    axes = tuple(range(a.ndim)) if axis is None else tuple(sorted({int(k) % a.ndim for k in np.atleast_1d(axis)}))
+    moved = np.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+    merged = moved.reshape(moved.shape[:a.ndim - len(axes)] + (-1,))
+    result = _object_ufunc(ufunc).reduce(merged, axis=-1, **extra)
+    return np.expand_dims(result, axes) if keepdims else result
 
 
 def _where(condition: Any, x: Any = None, y: Any = None) -> Any:
@@ -102,7 +162,107 @@ def _clip(a: Any, a_min: Any = None, a_max: Any = None, **kwargs: Any) -> Any:
     return out if a_max is None else np.minimum(out, a_max)
 
 
-_OVERRIDES: dict[Any, Callable] = {np.where: _where, np.clip: _clip}
+def _nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None, neginf: Any = None) -> Any:
+    big = np.finfo(np.float64).max
+    posinf, neginf = (big if posinf is None else posinf), (-big if neginf is None else neginf)
+    w = _F["where"]
+    return wrap(w(x != x, nan, w(x == _INF, posinf, w(x == -_INF, neginf, x))))
+
+
+def _select(condlist: Any, choicelist: Any, default: Any = 0.0) -> Any:
+    out = default
+    for cond, choice in reversed(list(zip(condlist, choicelist))):
+        out = _F["where"](cond, choice, out)
+    return wrap(np.broadcast_to(np.asarray(out, dtype=object), np.broadcast_shapes(
+        *(np.shape(c) for c in (*condlist, *choicelist)))).copy())
+
+
+def _linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
+              dtype: Any = None, axis: int = 0) -> Any:
+    div = (num - 1) if endpoint else num
+    start, stop = np.asarray(start, dtype=object), np.asarray(stop, dtype=object)
+    step = (stop - start) / div if div > 0 else stop - start
+    frac = np.arange(num, dtype=float).reshape((-1,) + (1,) * start.ndim)
+    y = start + frac * step if div > 0 else start + 0.0 * frac
+    if endpoint and num > 1:
+        y[-1, ...] = stop
+    y = wrap(np.moveaxis(y, 0, axis))
+    return (y, wrap(step)) if retstep else y
+
+
+def _gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+    f = np.asarray(f, dtype=object)
+    axes = list(range(f.ndim)) if axis is None else [int(a) % f.ndim for a in np.atleast_1d(axis)]
+    spacing = list(varargs) if len(varargs) > 1 else list(varargs) * len(axes) if varargs else [1.0] * len(axes)
+    if len(spacing) != len(axes) or any(np.ndim(h) != 0 for h in spacing):
+        raise TracingError("np.gradient on symbolic arrays takes scalar spacings (one, or one per axis)")
+    out = []
+    for ax, h in zip(axes, spacing):
+        g = np.moveaxis(f, ax, 0)
+        if g.shape[0] < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, "
+                             "at least (edge_order + 1) elements are required.")
+        d = np.empty_like(g)
+        d[1:-1] = (g[2:] - g[:-2]) / (2.0 * h)
+        if edge_order == 1:
+            d[0], d[-1] = (g[1] - g[0]) / h, (g[-1] - g[-2]) / h
+        else:
+            d[0] = (-1.5 * g[0] + 2.0 * g[1] - 0.5 * g[2]) / h
+            d[-1] = (0.5 * g[-3] - 2.0 * g[-2] + 1.5 * g[-1]) / h
+        out.append(wrap(np.moveaxis(d, 0, ax)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
+    x = wrap(np.asarray(x, dtype=object))
+    if axis is None and (ord is None or x.ndim == 1):
+        axis = tuple(range(x.ndim)) if ord is None else 0
+    axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
+    a = np.abs(x)
+    if len(axes) == 1:
+        if ord is None or ord == 2:
+            r = np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims))
+        elif ord == np.inf:
+            r = np.max(a, axis=axes, keepdims=keepdims)
+        elif ord == -np.inf:
+            r = np.min(a, axis=axes, keepdims=keepdims)
+        elif ord == 0:
+            r = np.sum(a != 0.0, axis=axes, keepdims=keepdims)
+        else:
+            r = np.sum(a ** float(ord), axis=axes, keepdims=keepdims) ** (1.0 / float(ord))
+        return wrap(r)
+    if ord is None and len(axes) > 1 or ord == "fro":
+        return wrap(np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims)))
+    row, col = (int(k) % x.ndim for k in axes)
+    reductions = {1: (row, np.max), -1: (row, np.min), np.inf: (col, np.min if False else np.max),
+                  -np.inf: (col, np.min)}
+    if ord not in reductions:
+        raise TracingError(f"np.linalg.norm(ord={ord!r}) of a symbolic matrix needs its singular values; "
+                           "use ord='fro', 1, -1, inf or -inf")
+    summed_axis, pick = reductions[ord]
+    other = col if summed_axis == row else row
+    s = np.sum(a, axis=summed_axis, keepdims=True)
+    r = pick(s, axis=other, keepdims=True)
+    return wrap(r if keepdims else np.squeeze(r, axis=(row, col)))
+
+
+def _needs_values(alternative: str) -> Callable:
+    def raise_(*args: Any, **kwargs: Any) -> Any:
+        raise TracingError(f"this NumPy function needs the values of its arguments, which are symbolic while "
+                           f"tracing; {alternative}")
+    return raise_
+
+
+_OVERRIDES: dict[Any, Callable] = {
+    np.where: _where, np.clip: _clip, np.nan_to_num: _nan_to_num, np.select: _select, np.linspace: _linspace,
+    np.gradient: _gradient, np.linalg.norm: _norm, np.round: lambda a, decimals=0, out=None: wrap(
+        _F["div"](np.frompyfunc(rint, 1, 1)(np.asarray(a, dtype=object) * 10.0 ** decimals), 10.0 ** decimals)),
+    np.linalg.solve: linalg.solve, np.linalg.inv: linalg.inv, np.linalg.det: linalg.det,
+    np.linalg.slogdet: linalg.slogdet, np.linalg.cholesky: linalg.cholesky,
+    np.piecewise: _needs_values("np.piecewise needs boolean masks: use np.select or np.where"),
+    np.interp: _needs_values("np.interp searches the points: pass x as data, or write it with np.where"),
+}
+_OVERRIDES[np.around] = _OVERRIDES[np.round]
 
 
 def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -142,3 +302,15 @@ class SymArray(np.ndarray):
 
     def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         return array_function(func, args, kwargs)
+
+    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
+        """To a float dtype: the same expressions (they are floats once evaluated); others raise."""
+        if np.dtype(dtype).kind in "fO":
+            return self.copy()
+        raise TracingError(f"astype({np.dtype(dtype)}) of a symbolic array: only float types are traced; "
+                           "use np.floor / np.rint for integral values")
+
+    @property
+    def imag(self) -> Any:
+        """Zeros: traced values are real."""
+        return wrap(np.zeros(self.shape, dtype=object) + 0.0)

@@ -244,23 +244,40 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
 
 # ---- public functions, operators and methods, all generated from the op table -------------------
 
+def _object0d(value: Any) -> Any:
+    """A 0-d object array holding ``value`` (so NumPy does not ask the Expr how to run the ufunc)."""
+    out = np.empty((), dtype=object)
+    out[()] = value
+    return out
+
+
 def _lift(op: ops.Op) -> Callable:
-    """The public function for ``op``: numbers and expressions, or arrays elementwise."""
+    """The public function for ``op``, like a NumPy ufunc: expressions give expressions, numbers and
+    float arrays give NumPy's values, arrays holding expressions (traced arrays) apply elementwise."""
     elementwise = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
 
     def fn(*args: Any) -> Any:
         if len(args) != op.arity:
             raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
-        if any(isinstance(a, (np.ndarray, list, tuple)) for a in args):
-            return elementwise(*(np.asarray(a, dtype=object) if isinstance(a, (list, tuple)) else a
-                                 for a in args))
-        return apply(op, args)
+        if not any(isinstance(a, np.ndarray | list | tuple) for a in args) and any(type(a) is Expr for a in args):
+            return apply(op, args)
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) if isinstance(a, list | tuple) else a
+                  for a in args]
+        if any(isinstance(a, Expr) or isinstance(a, np.ndarray) and a.dtype == object for a in arrays):
+            from symgrad.expr.arrays import wrap  # arrays builds on this module
+
+            plain = [a.view(np.ndarray) if isinstance(a, np.ndarray) else _object0d(a) for a in arrays]
+            return wrap(elementwise(*plain))
+        if all(isinstance(a, Real | np.bool_ | np.ndarray) for a in arrays):
+            with np.errstate(all="ignore"):
+                return op.impl(*(np.asarray(a, dtype=float) for a in arrays))
+        return apply(op, args)  # raises the error naming what is not a number
 
     names = ("c", "x", "y") if op.arity == 3 else ("x", "y")[: op.arity]
     example = printing.to_str(apply(op, tuple(map(Var, names))))
     fn.__name__ = fn.__qualname__ = op.name
-    fn.__doc__ = (f"{op.doc or 'Elementwise ' + op.name}: an expression, a number, or an object "
-                  f"array elementwise.\n\n    >>> import symgrad as sg\n    >>> c, x, y = sg.symbols('c x y')"
+    fn.__doc__ = (f"{op.doc or 'Elementwise ' + op.name}: of an expression, a number or an array "
+                  f"(elementwise).\n\n    >>> import symgrad as sg\n    >>> c, x, y = sg.symbols('c x y')"
                   f"\n    >>> sg.{op.name}({', '.join(names)})\n    {example}\n")
     return fn
 
@@ -285,8 +302,43 @@ for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div
     setattr(Expr, f"__r{_name}__", _operator(_opname, reflected=True))
 for _name in ("lt", "le", "gt", "ge"):
     setattr(Expr, f"__{_name}__", _operator(_name))
+Expr.__divmod__ = lambda self, other: (self // other, self % other)
+Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
 Expr.__neg__ = lambda self: apply(ops.neg, (self,))
 Expr.__pos__ = lambda self: self
 for _name, _op in ops.OPS.items():
     for _method in (_name, *_op.aliases) if _op.arity else ():
         setattr(Expr, _method, lambda self, *rest, _op=_op: apply(_op, (self, *rest)))
+
+
+_TWO52 = 2.0 ** 52  # at and above this magnitude every float is an integer
+
+
+def rint(a: Any) -> Any:
+    """Round half to even (np.rint), through the float rounding of |a| + 2**52; derivative 0, as NumPy's.
+
+    >>> import symgrad as sg
+    >>> [rint(sg.const(v)) for v in (0.5, 1.5, -2.5, 2.6)]
+    [0, 2, -2, 3]
+    """
+    a = _as_expr(a, ops.OPS["abs"]) if not isinstance(a, np.ndarray) else a
+    rounded = FUNCS["sign"](a) * ((FUNCS["abs"](a) + _TWO52) - _TWO52)
+    return FUNCS["stop_gradient"](FUNCS["where"](FUNCS["abs"](a) < _TWO52, rounded, a))
+
+
+def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
+    if np.dtype(dtype).kind in "fO":
+        return self
+    raise TypeError(f"astype({np.dtype(dtype)}) of a symbolic value: only float types are traced; "
+                    "use np.floor / np.rint for integral values")
+
+
+# The scalar side of NumPy's array interface, so code written for arrays runs on traced scalars.
+Expr.shape, Expr.ndim, Expr.size = (), 0, 1
+Expr.dtype = np.dtype(object)  # as a traced array's: np.zeros(n, dtype=x.dtype) can hold expressions
+Expr.real = property(lambda self: self)
+Expr.imag = property(lambda self: intern(_CONST, (), 0.0))
+Expr.conjugate = Expr.conj = lambda self: self
+Expr.astype = _astype
+Expr.__round__ = lambda self, ndigits=None: rint(self) if not ndigits else rint(self * 10.0 ** ndigits) / 10.0 ** ndigits
+Expr.rint = rint
