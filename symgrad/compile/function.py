@@ -32,6 +32,7 @@ AUTO_THRESHOLD = 200
 
 _EMPTY = np.empty(0)
 _empty = np.empty
+_ndarray, _F64 = np.ndarray, np.dtype(np.float64)
 _V, _M = types.float64[::1], types.float64[:, ::1]
 _I = types.int64
 SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
@@ -85,6 +86,11 @@ class Compiled:
         return self.program.n_ops
 
     def __call__(self, x: Any, p: Any = _EMPTY, out: np.ndarray | None = None) -> Any:
+        # Converted up front: a kernel refusing a list or float32 array raises slowly (~40 us).
+        if type(x) is not _ndarray or x.dtype is not _F64:
+            x = _converted(x)
+        if p is not _EMPTY and (type(p) is not _ndarray or p.dtype is not _F64):
+            p = _converted(p)
         try:
             if out is not None:
                 value = self._point(x, p, out)
@@ -241,6 +247,18 @@ def _on_threads(n: int, run: Any) -> list:
 @functools.lru_cache(None)
 def _thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad")
+
+
+def _converted(value: Any) -> Any:
+    """A real array-like as a float64 array, cheaply; anything else as it is (the slow path names it)."""
+    if isinstance(value, np.ndarray):
+        return value.astype(np.float64) if value.dtype.kind in "biuf" else value
+    if type(value) is list or type(value) is tuple:
+        try:
+            return np.array(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            return value
+    return value
 
 
 def _as_float(value: Any, which: str) -> np.ndarray:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr.build import FUNCS, UFUNCS, rint
 from symgrad.expr import linalg
+from symgrad.expr.build import FUNCS, UFUNCS, rint
 from symgrad.expr.node import Expr, TracingError
 
 _F = FUNCS
@@ -119,7 +119,7 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     return wrap(outs[0])
 
 
-@functools.lru_cache(maxsize=None)  # one per NumPy ufunc: bounded
+@functools.cache  # one per NumPy ufunc: bounded
 def _object_ufunc(ufunc: Any) -> Any:
     """The ufunc to run on object arrays: NumPy's own for + * @, else one that builds expressions."""
     return ufunc if ufunc in _NATIVE else np.frompyfunc(ELEMENTWISE[ufunc], ufunc.nin, 1)
@@ -215,11 +215,11 @@ def _gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> A
 
 def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
     x = wrap(np.asarray(x, dtype=object))
-    if axis is None and (ord is None or x.ndim == 1):
-        axis = tuple(range(x.ndim)) if ord is None else 0
+    if axis is None:
+        axis = tuple(range(x.ndim)) if ord is None or x.ndim == 2 else 0
     axes = (axis,) if isinstance(axis, int | np.integer) else tuple(axis)
     a = np.abs(x)
-    if len(axes) == 1:
+    if len(axes) == 1 or ord is None:
         if ord is None or ord == 2:
             r = np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims))
         elif ord == np.inf:
@@ -234,7 +234,7 @@ def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
     if ord is None and len(axes) > 1 or ord == "fro":
         return wrap(np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims)))
     row, col = (int(k) % x.ndim for k in axes)
-    reductions = {1: (row, np.max), -1: (row, np.min), np.inf: (col, np.min if False else np.max),
+    reductions = {1: (row, np.max), -1: (row, np.min), np.inf: (col, np.max),
                   -np.inf: (col, np.min)}
     if ord not in reductions:
         raise TracingError(f"np.linalg.norm(ord={ord!r}) of a symbolic matrix needs its singular values; "

@@ -340,5 +340,5 @@ Expr.real = property(lambda self: self)
 Expr.imag = property(lambda self: intern(_CONST, (), 0.0))
 Expr.conjugate = Expr.conj = lambda self: self
 Expr.astype = _astype
-Expr.__round__ = lambda self, ndigits=None: rint(self) if not ndigits else rint(self * 10.0 ** ndigits) / 10.0 ** ndigits
+Expr.__round__ = lambda self, ndigits=None: rint(self * 10.0 ** (ndigits or 0)) / 10.0 ** (ndigits or 0)
 Expr.rint = rint

@@ -1,0 +1,205 @@
+"""Trust: transforms compose as in JAX, traced comparisons are comparisons, derivatives at the
+points where textbook formulas give 0*inf, pytrees, has_aux, jvp / vjp and argument handling,
+each against finite differences or closed forms."""
+
+import functools
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+
+VM = dict(backend="vm")
+f = lambda x: 3 * np.sin(x) * x  # f' = 3 sin + 3x cos, f'' = 6 cos - 3x sin, f''' = -9 sin - 3x cos
+D = [f, lambda x: 3 * math.sin(x) + 3 * x * math.cos(x), lambda x: 6 * math.cos(x) - 3 * x * math.sin(x),
+     lambda x: -9 * math.sin(x) - 3 * x * math.cos(x)]
+X0 = 0.5
+DIFFERENTIATE = {  # a transform of a scalar function, as a scalar function again
+    "grad": lambda g: sg.grad(g, **VM),
+    "value_and_grad": lambda g: (lambda x: sg.value_and_grad(g, **VM)(x)[1]),
+    "jacobian": lambda g: sg.jacobian(g, **VM),
+    "jvp": lambda g: (lambda x: sg.jvp(g, (x,), (1.0,))[1]),
+    "vjp": lambda g: (lambda x: sg.vjp(g, x)[1](1.0)[0]),
+}
+KEEP = {"jit": lambda g: sg.jit(g, **VM)}
+
+
+@pytest.mark.parametrize("outer,inner", [(a, b) for a, b in itertools.product(
+    DIFFERENTIATE, repeat=2)])
+def test_every_pair_of_derivative_transforms_is_the_second_derivative(outer, inner):
+    g = DIFFERENTIATE[outer](DIFFERENTIATE[inner](f))
+    assert float(g(X0)) == pytest.approx(D[2](X0), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["grad", "jacobian", "jvp"])
+def test_jit_inside_and_outside_changes_nothing(name):
+    d = DIFFERENTIATE[name]
+    for g in (d(KEEP["jit"](f)), KEEP["jit"](d(f)), sg.value_and_grad(sg.jit(f), **VM)):
+        out = g(X0)
+        got = out[1] if isinstance(out, tuple) else out
+        assert float(got) == pytest.approx(D[1](X0), rel=1e-12)
+    assert sg.value_and_grad(sg.jit(f), **VM)(X0)[0] == pytest.approx(D[0](X0), rel=1e-14)
+
+
+def test_triple_nesting_and_hessian_of_a_gradient():
+    g3 = sg.grad(sg.grad(sg.grad(f, **VM), **VM), **VM)
+    assert g3(X0) == pytest.approx(D[3](X0), rel=1e-12)
+    assert sg.jacobian(sg.jacobian(sg.grad(f)))(X0) == pytest.approx(D[3](X0), rel=1e-12)
+    assert sg.grad(lambda x: sg.hvp(f)(x, 1.0))(X0) == pytest.approx(D[3](X0), rel=1e-12)
+    x = np.array([0.3, -0.8, 1.1])
+    H = sg.jacobian(sg.grad(lambda v: np.sum(np.sin(v) * v[::-1])))(x)
+    np.testing.assert_allclose(H, sg.hessian(lambda v: np.sum(np.sin(v) * v[::-1]))(x), rtol=1e-14)
+
+
+def test_closures_over_the_outer_variables_are_not_confused():
+    # d/dx [x * d/dy (x + y)] = 1 (the classic perturbation-confusion test)
+    assert sg.grad(lambda x: x * sg.grad(lambda y: x + y)(1.0))(3.0) == pytest.approx(1.0)
+    # the inner argument has the outer one's name and the closure holds the outer variable
+    def outer(x):
+        y = x
+        return sg.grad(lambda x: x * y * y)(2.0)
+    assert sg.grad(outer)(1.5) == pytest.approx(3.0)
+
+
+def test_traced_equality_builds_a_comparison():
+    assert sg.jit(lambda x, y: np.sum(x == y) + 0.0)(2.0, 2.0) == 1.0
+    assert sg.jit(lambda x, y: np.sum(x != y) + 0.0)(2.0, 2.0) == 0.0
+    sinc = sg.value_and_grad(lambda x: sg.where(x == 0.0, 1.0, sg.sin(x) / x))
+    assert sinc(0.0) == (1.0, 0.0)
+    assert sinc(0.5)[0] == pytest.approx(math.sin(0.5) / 0.5)
+    v = np.array([1.0, 5.0, 3.0])
+    assert sg.jit(lambda x: np.sum(x == np.array([1.0, 2.0, 3.0])))(v) == 2.0
+
+
+def test_nan_to_num_gives_finite_values_and_zero_gradient_where_not_finite():
+    x = np.array([1.0, np.nan, np.inf, -np.inf])
+    vg = sg.value_and_grad(lambda x: np.sum(np.nan_to_num(x * 2.0)))
+    value, g = vg(x)
+    assert value == pytest.approx(2.0 + 0.0 + np.finfo(float).max - np.finfo(float).max)
+    np.testing.assert_array_equal(g, [2.0, 0.0, 0.0, 0.0])
+    clean = sg.jit(lambda x: np.nan_to_num(x, nan=-1.0, posinf=9.0))(x)
+    np.testing.assert_array_equal(clean, [1, -1, 9, -np.finfo(float).max])
+
+
+def test_power_and_hypot_where_the_textbook_partials_are_nan():
+    x, y = sg.symbols("x y")
+    at = lambda e, a, b: sg.evaluate(e, {x: a, y: b})
+    assert at(sg.grad(x ** y, [x, y]), 0.0, 2.5) == [0.0, 0.0]  # JAX and finite differences: 0
+    assert at(sg.grad(x ** y, [x, y]), 0.0, 0.0) == [0.0, 0.0]  # x**0 is constant
+    np.testing.assert_allclose(at(sg.hessian(x ** y, [x, y]), 0.0, 2.5), 0.0)
+    assert at(sg.grad(x ** y, [x, y]), 2.0, 3.0) == pytest.approx([12.0, 8 * math.log(2)])
+    assert at(sg.grad(sg.hypot(x, y), [x, y]), 0.0, 0.0) == [0.5, 0.5]  # JAX's split, as maximum
+    np.testing.assert_array_equal(at(sg.hessian(sg.hypot(x, y), [x, y]), 0.0, 0.0), 0.0)
+    assert at(sg.grad(sg.hypot(x, y), [x, y]), 3.0, 4.0) == pytest.approx([0.6, 0.8])
+    for backend in ("numba", "vm"):
+        vg = sg.value_and_grad(x ** y + sg.hypot(x, y), [x, y], backend=backend)
+        np.testing.assert_array_equal(vg([0.0, 0.0])[1], [0.5, 0.5])
+        np.testing.assert_array_equal(vg([0.0, 2.5])[1], [0.0, 1.0])
+
+
+def test_logaddexp_is_smooth_with_the_exact_hessian_at_a_tie():
+    H = sg.hessian(lambda a, b: np.logaddexp(a, b), argnums=(0, 1))(1.0, 1.0)
+    np.testing.assert_allclose(np.array(H, dtype=float), [[0.25, -0.25], [-0.25, 0.25]], rtol=1e-14)
+    x, y = sg.symbols("x y")
+    L = sg.logaddexp(x, y)
+    good = sg.check_grad(sg.grad(L, [x])[0], [x, y], [1.0, 1.0])
+    assert good.status == ["ok", "ok"]
+    wrong = sg.check_grad(sg.grad(L, [x])[0], [x, y], [1.0, 1.0], grad_exprs=[x * 0.0, y * 0.0])
+    assert wrong.status == ["FAIL", "FAIL"]  # a smooth function: a wrong derivative is a failure, not a kink
+
+
+def test_sg_functions_work_elementwise_on_traced_and_plain_arrays():
+    x = np.array([0.5, -1.0, 2.0])
+    f = lambda v: np.sum(sg.sigmoid(v) * sg.relu(v) + sg.erf(v) + sg.softplus(v) + sg.where(v > 0, sg.sin(v), 0.0)
+                         + sg.maximum(v, 0.1))
+    np.testing.assert_allclose(sg.grad(f)(x), fd(f, x), rtol=1e-6)
+    assert isinstance(sg.sin(np.array([1.0, 2.0])), np.ndarray) and sg.sin(1.0) == math.sin(1.0)
+    np.testing.assert_allclose(sg.sigmoid(x), 1 / (1 + np.exp(-x)), rtol=1e-15)
+
+
+def fd(fn, x, h=1e-6):
+    x = np.asarray(x, dtype=float)
+    g = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (fn(x + e) - fn(x - e)) / (2 * h)
+    return g
+
+
+def test_pytrees_in_and_out():
+    params = {"W": np.array([[1.0, 2.0], [0.5, -1.0]]), "b": (0.3, np.array([0.1, -0.2]))}
+    loss = lambda p, x: np.sum(np.tanh(p["W"] @ x + p["b"][1]) * p["b"][0])
+    x = np.array([0.7, -0.4])
+    g = sg.grad(loss)(params, x)
+    assert set(g) == {"W", "b"} and isinstance(g["b"], tuple) and g["W"].shape == (2, 2)
+    for path, val in [("W", params["W"]), ("b1", params["b"][1])]:
+        def part(v, path=path):
+            p = {"W": v, "b": params["b"]} if path == "W" else {"W": params["W"], "b": (params["b"][0], v)}
+            return loss(p, x)
+        np.testing.assert_allclose(g["W"] if path == "W" else g["b"][1], fd(part, val), rtol=1e-6)
+    # a tuple of same-shape arrays is two leaves, never stacked
+    g2 = sg.grad(lambda t: np.sum(t[0] * t[1] ** 2))((np.ones(2), np.full(2, 3.0)))
+    assert isinstance(g2, tuple) and np.allclose(g2[0], 9.0) and np.allclose(g2[1], 6.0)
+    assert sg.grad(lambda xs: xs[0] * xs[1])([2.0, 5.0]) == [5.0, 2.0]
+    out = sg.jit(lambda x: {"a": x * 2, "b": [x, x ** 2]})(3.0)
+    assert out == {"a": 6.0, "b": [3.0, 9.0]}
+    J = sg.jacobian(lambda x: {"s": np.sum(x), "v": x * 2})(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(J["v"], 2 * np.eye(2))
+    H = sg.hessian(lambda p: p["a"] ** 2 * p["b"])({"a": 1.0, "b": 2.0})
+    assert H == {"a": {"a": 4.0, "b": 2.0}, "b": {"a": 2.0, "b": 0.0}}
+
+
+def test_has_aux_follows_jax():
+    fn = lambda x: (np.sum(x ** 2), {"mean": np.mean(x)})
+    x = np.array([1.0, 2.0])
+    (value, aux), g = sg.value_and_grad(fn, has_aux=True)(x)
+    assert value == 5.0 and aux == {"mean": 1.5} and np.allclose(g, [2.0, 4.0])
+    g, aux = sg.grad(fn, has_aux=True)(x)
+    assert np.allclose(g, [2.0, 4.0]) and aux["mean"] == 1.5
+    J, aux = sg.jacobian(lambda x: (x ** 2, x[0]), has_aux=True)(x)
+    assert np.allclose(J, np.diag([2.0, 4.0])) and aux == 1.0
+    with pytest.raises(TypeError, match="must return a pair"):
+        sg.grad(lambda x: x, has_aux=True)(1.0)
+
+
+def test_jvp_and_vjp_on_functions():
+    fn = lambda x, y: (x * np.sin(y), x + y)
+    x, y = np.array([1.0, 2.0]), np.array([0.5, -0.5])
+    tx, ty = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    out, tangent = sg.jvp(fn, (x, y), (tx, ty))
+    np.testing.assert_allclose(out[0], x * np.sin(y))
+    np.testing.assert_allclose(tangent[0], tx * np.sin(y) + x * np.cos(y) * ty)
+    np.testing.assert_allclose(tangent[1], tx + ty)
+    out, back = sg.vjp(fn, x, y)
+    ct = (np.array([1.0, 2.0]), np.array([0.5, 0.5]))
+    gx, gy = back(ct)
+    np.testing.assert_allclose(gx, ct[0] * np.sin(y) + ct[1])
+    np.testing.assert_allclose(gy, ct[0] * x * np.cos(y) + ct[1])
+    with pytest.raises(ValueError, match="tangents has shapes"):
+        sg.jvp(fn, (x, y), (tx, np.ones(3)))
+
+
+def test_argument_handling():
+    assert sg.grad(functools.partial(lambda a, x: a * x ** 2, 3.0))(2.0) == 12.0
+    assert sg.grad(lambda x, y: x * y, argnums=-1)(2.0, 5.0) == 2.0
+    g = sg.grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0], dtype=np.float32))
+    assert g.dtype == np.float32 and np.allclose(g, [2.0, 4.0])
+    assert sg.grad(lambda x: np.sum(x ** 2))(np.zeros(0)).shape == (0,)
+    assert sg.value_and_grad(lambda x, y: np.sum(x) + y, argnums=0)(np.zeros(0), 2.0) == (2.0, pytest.approx([]))
+    with pytest.raises(TypeError, match="complex inputs are not supported"):
+        sg.grad(lambda x: x)(1 + 2j)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) has_axu; accepted: argnums"):
+        sg.grad(lambda x: x, has_axu=True)
+
+
+def test_array_likes_are_converted_on_the_fast_path():
+    x, y = sg.symbols("x y")
+    vg = sg.value_and_grad(x * y, [x, y], **VM)
+    for arg in ([2.0, 3.0], (2, 3), np.array([2, 3]), np.array([2.0, 3.0], dtype=np.float32)):
+        value, g = vg(arg)
+        assert value == 6.0 and g.tolist() == [3.0, 2.0]
+    with pytest.raises(TypeError, match="complex"):
+        vg(np.array([1 + 1j, 2.0]))
