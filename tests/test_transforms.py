@@ -203,3 +203,15 @@ def test_array_likes_are_converted_on_the_fast_path():
         assert value == 6.0 and g.tolist() == [3.0, 2.0]
     with pytest.raises(TypeError, match="complex"):
         vg(np.array([1 + 1j, 2.0]))
+
+
+def test_check_grad_on_python_functions_uses_the_function_itself_for_the_numbers():
+    report = sg.check_grad(lambda x, y: np.sum(np.sin(x) * y), np.array([0.5, 1.0]), 2.0)
+    assert report.ok and report.names == ["x[0]", "x[1]", "y"]
+    np.testing.assert_allclose(report.grad, [2 * np.cos(0.5), 2 * np.cos(1.0), np.sin(0.5) + np.sin(1.0)])
+    assert sg.check_grad(lambda x: np.sum(np.abs(x)), np.array([0.0, 1.0])).status == ["kink", "ok"]
+    # a function that computes something else on traced values than on floats is caught
+    odd = lambda x: x * (1.0 if isinstance(x, float) else 2.0)
+    assert sg.check_grad(odd, 1.5).status == ["FAIL"]
+    with pytest.raises(sg.GradientCheckError):
+        sg.check_grad(odd, 1.5, raise_on_failure=True)
