@@ -101,6 +101,8 @@ def p1() -> None:
     g = np.empty(2)
     vg = sg.value_and_grad(f, [x, y])
     row("P1 x*y+sin(x)", "symgrad numba, out=", "per call", per_call(lambda: vg(v, out=g)), base)
+    for kind, arg in (("list", [2.0, 3.0]), ("float32 array", v.astype(np.float32))):
+        row("P1 x*y+sin(x)", f"symgrad numba, {kind} argument", "per call", per_call(vg, arg), base)
     sx, sy = sympy.symbols("x y")
     sf = sx * sy + sympy.sin(sx)
     lam = sympy.lambdify([sx, sy], [sf, sympy.diff(sf, sx), sympy.diff(sf, sy)])
