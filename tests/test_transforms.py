@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from test_numpy_grads import fd_grad as fd
 
 import symgrad as sg
 
@@ -117,16 +118,6 @@ def test_sg_functions_work_elementwise_on_traced_and_plain_arrays():
     np.testing.assert_allclose(sg.grad(f)(x), fd(f, x), rtol=1e-6)
     assert isinstance(sg.sin(np.array([1.0, 2.0])), np.ndarray) and sg.sin(1.0) == math.sin(1.0)
     np.testing.assert_allclose(sg.sigmoid(x), 1 / (1 + np.exp(-x)), rtol=1e-15)
-
-
-def fd(fn, x, h=1e-6):
-    x = np.asarray(x, dtype=float)
-    g = np.zeros_like(x)
-    for i in np.ndindex(*x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        g[i] = (fn(x + e) - fn(x - e)) / (2 * h)
-    return g
 
 
 def test_pytrees_in_and_out():
