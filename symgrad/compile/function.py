@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -249,6 +250,10 @@ def _thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad")
 
 
+# A forked child inherits the pool without its threads: it would wait on them forever.
+os.register_at_fork(after_in_child=_thread_pool.cache_clear)
+
+
 def _converted(value: Any) -> Any:
     """A real array-like as a float64 array, cheaply; anything else as it is (the slow path names it)."""
     if isinstance(value, np.ndarray):
@@ -274,9 +279,13 @@ def _as_float(value: Any, which: str) -> np.ndarray:
 # ---- backends: each gives (variant name -> kernel, the source or a function making it) ----
 # Kernels: point(x, p, out) -> value; batch(X, P, V, OUT, lo, hi); total(x, P, acc, lo, hi).
 
+def _module_name(program: Program) -> str:
+    return f"k{numba_backend.GENERATOR_VERSION}_{program.key}"
+
+
 def _numba_kernels(program: Program) -> tuple[Any, Any]:
     text = numba_backend.source(program)
-    module = cache.load(f"k{numba_backend.GENERATOR_VERSION}_{program.key}", text)
+    module = cache.load(_module_name(program), text)
     return functools.lru_cache(None)(lambda variant: cache.typed(module, variant, SIGNATURES[variant])), text
 
 
@@ -342,6 +351,10 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
                   roots: list[Expr] | None) -> Compiled:
     """The Compiled for a lowered program (also how a pickled one comes back: disk cache, or a recompile)."""
+    if backend == "numba" and not cache.has_room(_module_name(program)):
+        cache.warn_once("programs", f"{cache.max_programs()} programs are compiled with Numba in this process "
+                        "(its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new ones run on the VM")
+        backend = "vm"
     if backend == "numba":
         kernels, text = _numba_kernels(program)
     elif backend == "vm":

@@ -26,6 +26,9 @@ LOAD_X, LOAD_P, LOAD_CONST, STORE = range(len(OPS), len(OPS) + 4)
 _OPS_BY_CODE = list(OPS.values())
 _MUL, _DIV, _POW, _SQRT = (OPS[name].code for name in ("mul", "div", "pow", "sqrt"))
 _CONST = OPS["const"]
+# What a pickled Program's code means: the format and the op table its opcodes index.
+PICKLE_VERSION = 1
+OPS_ID = hashlib.blake2b(repr([(op.name, op.arity) for op in _OPS_BY_CODE]).encode(), digest_size=8).hexdigest()
 MAX_UNROLLED_POWER = 16  # x**k with |k| up to this becomes multiplications (as CasADi does)
 
 
@@ -82,8 +85,46 @@ class Program:
                 lines.append(f"  s{d} = {row.name} " + " ".join(f"s{s}" for s in (a, b, c)[: row.arity]))
         return "\n".join(lines) + " }"
 
+    def __reduce__(self) -> tuple:
+        # The key is not sent: it names generated modules, so the receiver computes it itself.
+        return _unpickled, (PICKLE_VERSION, OPS_ID, self.code, self.consts, self.n_slots, self.inputs,
+                            self.params, self.n_out, self.returns_value)
+
     def __repr__(self) -> str:
         return f"<Program {len(self.code)} instructions, {self.n_slots} slots, key {self.key[:12]}>"
+
+
+def _key(code: np.ndarray, consts: np.ndarray, names: tuple, returns_value: bool, n_roots: int) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in (code.tobytes(), consts.tobytes(), repr((names, returns_value, n_roots)).encode()):
+        h.update(part)
+    return h.hexdigest()
+
+
+def _unpickled(version: Any, ops_id: Any, code: Any, consts: Any, n_slots: Any, inputs: Any, params: Any,
+               n_out: Any, returns_value: Any) -> Program:
+    """A Program from a pickle, checked: its format, its op table, and every index in its code."""
+    if version != PICKLE_VERSION or ops_id != OPS_ID:
+        raise ValueError(f"this pickled symgrad program has format {version!r} and op table {ops_id!r}; this "
+                         f"symgrad reads format {PICKLE_VERSION}, op table {OPS_ID}: compile it again here")
+    code, consts = np.asarray(code), np.asarray(consts)
+    names = tuple(map(str, inputs)), tuple(map(str, params))
+    n_slots, n_out, returns_value = int(n_slots), int(n_out), bool(returns_value)
+    if code.dtype != np.int32 or code.ndim != 2 or code.shape[1] != 5 or consts.dtype != np.float64 \
+            or consts.ndim != 1 or not _indices_in_range(code, len(consts), names, n_slots, n_out):
+        raise ValueError("this pickled symgrad program is malformed (code or constants out of range)")
+    key = _key(code, consts, names, returns_value, n_out + returns_value)
+    return Program(code, consts, n_slots, *names, n_out, returns_value, key)
+
+
+def _indices_in_range(code: np.ndarray, n_consts: int, names: tuple, n_slots: int, n_out: int) -> bool:
+    op, d, args = code[:, 0], code[:, 1], code[:, 2:]
+    store, load = op == STORE, (op >= LOAD_X) & (op < STORE)
+    limit = np.select([op == LOAD_X, op == LOAD_P, op == LOAD_CONST],
+                      [len(names[0]), len(names[1]), n_consts], n_slots)
+    return bool(((op >= 0) & (op <= STORE)).all() and ((d >= 0) & (d < n_slots) | store).all()
+                and ((d[store] >= -1) & (d[store] < n_out)).all()
+                and ((args >= 0) & (args < np.where(load, limit, n_slots)[:, None])).all())
 
 
 def _names(spec: Any, what: str) -> list[Expr]:
@@ -185,11 +226,8 @@ def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | 
     code = np.array(program_rows, dtype=np.int32).reshape(-1, 5)
     const_array = np.array(consts, dtype=np.float64)
     names = tuple(v.payload for v in xs), tuple(v.payload for v in ps)
-    h = hashlib.blake2b(digest_size=16)
-    for part in (code.tobytes(), const_array.tobytes(), repr((names, returns_value, len(roots))).encode()):
-        h.update(part)
     return Program(code, const_array, max(n_slots, 1), *names, len(roots) - returns_value, returns_value,
-                   h.hexdigest())
+                   _key(code, const_array, names, returns_value, len(roots)))
 
 
 def _schedule(order: list[Expr], roots: list[Expr], loads: dict, returns_value: bool):

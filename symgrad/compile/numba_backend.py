@@ -16,7 +16,7 @@ from symgrad.compile.lower import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
 from symgrad.expr.ops import OPS
 
 _TEMPLATES = [op.numba for op in OPS.values()]
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 HEADER = '''"""symgrad kernels for program {key} (generated; edits are overwritten)."""
 import math
@@ -24,7 +24,7 @@ import math
 import numba
 import numpy as np
 
-_jit = dict(cache=True, error_model="numpy")
+_jit = dict(error_model="numpy")
 '''
 
 POINT = '''

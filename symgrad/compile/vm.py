@@ -22,7 +22,7 @@ import math
 import numba
 import numpy as np
 
-_jit = dict(cache=True, error_model="numpy")
+_jit = dict(error_model="numpy")
 
 
 @numba.njit(**_jit)
