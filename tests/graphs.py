@@ -74,7 +74,8 @@ def dags(draw, max_ops: int = 10, names: list[str] = OP_NAMES, n_vars: int = 3) 
 
 
 points = st.lists(st.floats(-1.7, 1.7, allow_nan=False), min_size=3, max_size=3).map(
-    lambda xs: [x + 0.1234567 for x in xs]  # generic points: no kink sits exactly at 0.0 or 1.0
+    # Generic points: no kink sits exactly at 0.0 or 1.0, or where two coordinates are equal.
+    lambda xs: [x + 0.1234567 * (k + 1) for k, x in enumerate(xs)]
 )
 
 

@@ -114,6 +114,8 @@ def _leaf(s: Any) -> Expr | None:
         return const(1.0)
     if s is sympy.false:
         return const(0.0)
+    if s is sympy.zoo or s is sympy.nan:  # SymPy's x/0 and 0/0: a value without a sign, as NumPy's nan
+        return const(float("nan"))
     if isinstance(s, sympy.Expr) and s.is_number and not s.free_symbols and not s.args or \
             isinstance(s, sympy.NumberSymbol):
         value = complex(s)
