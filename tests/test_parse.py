@@ -24,7 +24,8 @@ x, y, z = sg.symbols("x y z")
     ("x y", "expected an operator, got 'y'"), ("(x", r"'\(' is never closed \(column 1\)"),
     ("x)", r"unmatched '\)'"), ("(x, y)", "a comma outside a function's arguments"), ("", "expected a number"),
     ("()", "expected a number"), ("0x10", "expected an operator, got 'x10'"), ("x\0", r"'\\x00'"),
-    ("x\udcff", r"'\\udcff'"), ("lambda: 0", "unexpected character ':'"), ("x; import os", "unexpected character ';'"),
+    ("x\udcff", r"'\\udcff'"), ("lambda: 0", "unexpected character ':'"),
+    ("x; import os", "unexpected character ';'"),
 ])
 def test_parse_errors(text, match):
     with pytest.raises(ParseError, match=match):
