@@ -43,11 +43,17 @@ def _point(text: str) -> dict[str, float]:
     return point
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, as every other error (argparse adds the usage)
+        raise CliError(f"{message} (see symgrad --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="symgrad", description="Exact derivatives of a formula, checked.")
+    p = _Parser(prog="symgrad", description="Exact derivatives of a formula, checked. A formula that starts "
+                "with '-' can be written as it is or after --: symgrad -- \"-x*y\" --at x=1,y=2")
     p.add_argument("formula", help='for example "x*y + sin(x)"')
     p.add_argument("--at", default="", help="the point, for example x=2,y=3")
-    p.add_argument("--wrt", default="", help="differentiate with respect to these (default: every variable); "
+    p.add_argument("--wrt", default=None, help="differentiate with respect to these (default: every variable); "
                    "the others are parameters that still need a value in --at")
     p.add_argument("--hessian", action="store_true", help="also the Hessian: formulas and values")
     p.add_argument("--latex", action="store_true", help="also LaTeX for the formula and its derivatives")
@@ -64,13 +70,18 @@ def _per_call(fn, x: np.ndarray, p: np.ndarray) -> float:
     return min(timer.repeat(3, max(1, number // 2))) / max(1, number // 2)
 
 
-def _wrt(text: str, variables: list) -> list:
-    if not text:
+def _wrt(text: str | None, variables: list) -> list:
+    if text is None:
         return variables
     names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise CliError("--wrt: no variable names given (leave --wrt out to differentiate by every variable)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise CliError(f"--wrt: {', '.join(map(repr, twice))} listed twice")
     unused = [n for n in names if Var(n) not in set(variables)]
     if unused:
-        raise CliError(f"--wrt: the formula does not use {', '.join(unused)}")
+        raise CliError(f"--wrt: the formula does not use {', '.join(map(repr, unused))}")
     return [Var(n) for n in names]
 
 
@@ -86,7 +97,7 @@ def derivatives(argv: list[str]) -> dict[str, Any]:
     >>> derivatives(["x*y", "--wrt", "x"])["gradient"]
     {'x': 'y'}
     """
-    return _results(_parser().parse_args(argv))[0]
+    return _results(_parser().parse_args(_formula_last(argv)))[0]
 
 
 def _results(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -109,11 +120,14 @@ def _results(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
                              for j, b in enumerate(names) if j >= i}
     objects: dict[str, Any] = {"f": f, "g": g, "H": H}
     if not args.at:
+        if args.check:
+            raise CliError("--check needs a point: give one with --at (nothing was checked)")
         return out, objects
     point = _point(args.at)
     unknown = sorted(set(point) - {v.name for v in variables})
     if unknown:
-        raise CliError(f"--at gives {', '.join(unknown)}, which the formula does not use")
+        uses = f"uses only {', '.join(v.name for v in variables)}" if variables else "has no variables"
+        raise CliError(f"--at gives {', '.join(map(repr, unknown))}, but the formula {uses}")
     missing = [v.name for v in variables if v.name not in point]
     if missing:
         raise CliError(f"--at gives no value for {', '.join(missing)}")
@@ -148,7 +162,8 @@ def _render(args: argparse.Namespace, out: dict[str, Any], objects: dict[str, An
         lines += [f"latex {k}: {v}" for k, v in out["latex"].items()]
     if "value" not in out:
         return "\n".join(lines)
-    lines.append(f"at {', '.join(f'{n} = {v:g}' for n, v in out['at'].items())}:")
+    lines.append(f"at {', '.join(f'{n} = {v:g}' for n, v in out['at'].items())}:" if out["at"] else
+                 "value (no variables):")
     lines.append(f"  f = {out['value']!r}")
     lines += [f"  df/d{n} = {v!r}" for n, v in out["gradient_values"].items()]
     if H is not None:
@@ -167,20 +182,55 @@ def run(argv: list[str]) -> str:
     >>> print(run(["x*y", "--at", "x=2,y=3"]).splitlines()[0])
     f(x, y) = x*y
     """
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_formula_last(argv))
     return _render(args, *_results(args))
 
 
+def _formula_last(argv: list[str]) -> list[str]:
+    """The formula moved behind ``--`` when it starts with '-' (``-x*y``), given after ``--`` or not.
+
+    >>> _formula_last(["-x*y", "--at", "x=1,y=2"])
+    ['--at', 'x=1,y=2', '--', '-x*y']
+    """
+    if "--" in argv:
+        k = argv.index("--")
+        return argv[:k] + argv[k + 2:] + argv[k:k + 2]
+    for k, arg in enumerate(argv):
+        if arg.startswith("-") and not arg.startswith("--") and arg != "-h" and (k == 0 or argv[k - 1] not in
+                                                                                  _VALUED):
+            return argv[:k] + argv[k + 1:] + ["--", arg]
+    return argv
+
+
+_VALUED = {"--at", "--wrt", "--backend"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``symgrad`` console script."""
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    """Entry point of the ``symgrad`` console script: exit 0, 1 when ``--check`` fails, 2 for bad input.
+
+    >>> main(["x**2", "--wrt", "x,x"])
+    2
+    """
     try:
+        args = _parser().parse_args(_formula_last(sys.argv[1:] if argv is None else argv))
         out, objects = _results(args)
-    except (CliError, ParseError) as err:
-        print(f"symgrad: {err}", file=sys.stderr)
+        text = _render(args, out, objects)
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    except (CliError, ParseError, ValueError, TypeError, OverflowError) as err:
+        _print_safely(f"symgrad: {err}", sys.stderr)
         return 2
-    print(_render(args, out, objects))
-    return 1 if args.check and "check" in out and not out["check"]["ok"] else 0
+    except (MemoryError, RecursionError) as err:
+        _print_safely(f"symgrad: the formula is too large for this machine ({type(err).__name__})", sys.stderr)
+        return 2
+    _print_safely(text, sys.stdout)
+    return 1 if args.check and not out["check"]["ok"] else 0
+
+
+def _print_safely(text: str, stream: Any) -> None:
+    """Print, escaping what the stream cannot encode (bytes of invalid UTF-8 arrive as surrogates)."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"), file=stream)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The symgrad command."""
 
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -7,6 +9,9 @@ import sys
 
 import numpy as np
 import pytest
+from graphs import dags
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import symgrad as sg
 from symgrad import cli
@@ -27,15 +32,41 @@ def test_cli_main_job(capsys):
     assert "f = 0.5" in out and "df/dy = -0.25" in out and "(vm, " in out
 
 
-@pytest.mark.parametrize(
-    "argv, match",
-    [(["x*y", "--at", "x=2"], "no value for y"), (["x", "--at", "x=2,q=1"], "does not use"),
-     (["x", "--at", "x=a"], "not a number"), (["x +"], "syntax error"), (["foo(x)"], "unknown function")],
-)
-def test_cli_errors_are_one_line(argv, match, capsys):
+@pytest.mark.parametrize("argv, match", [
+    (["x*y", "--at", "x=2"], "no value for y"), (["x", "--at", "x=2,q=1"], "'q', but the formula uses only x"),
+    (["x", "--at", "x=a"], "not a number"), (["x +"], "expected a number"), (["foo(x)"], "unknown function"),
+    (["sin(x, y)"], "sin takes 1 argument, got 2"), (["sin()"], "sin takes 1 argument, got 0"),
+    (["sin"], "sin is a function"), (["x*y", "--wrt", "x,x"], "--wrt: 'x' listed twice"),
+    (["x*y", "--wrt", ""], "--wrt: no variable names given"), (["x*y", "--wrt", ","], "no variable names"),
+    (["2 + 3", "--at", "x=1"], "'x', but the formula has no variables"),
+    (["x*y", "--check"], "--check needs a point: give one with --at (nothing was checked)"),
+    (["x", "--bogus"], "unrecognized arguments: --bogus"), ([], "the following arguments are required"),
+    (["x", "--backend", "gpu"], "invalid choice: 'gpu'"), (["x + \udcff"], "unexpected character '\\udcff'"),
+    (["x\0"], "unexpected character '\\x00'"), (["(" * 5000 + "x"], "'(' is never closed"),
+    (["x" * 10**6 + "!"], "(1000001 characters): unexpected character '!'"),
+])
+def test_cli_errors_are_one_line_with_exit_status_2(argv, match, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert match in err and err.count("\n") == 1
+    assert match in err and err.count("\n") == 1 and len(err) < 400
+
+
+@pytest.mark.parametrize("argv, value", [
+    (["1/0"], "inf"), (["0**-1"], "inf"), (["10**400"], "inf"), (["(-1)**0.5"], "nan"), (["9**9**9"], "inf"),
+    (["10**10**10"], "inf"), (["x * 2**10**10", "--at", "x=1"], "inf"), (["-x*y", "--at", "x=2,y=3"], "-6.0"),
+    (["--", "-x*y", "--at", "x=2,y=3"], "-6.0"), (["--at", "x=2,y=3", "-x*y"], "-6.0"),
+    (["2 + 3", "--at", ""], "5"), (["2 + 3", "--at", ","], "5.0"),
+    (["+".join(["x"] * 1000), "--at", "x=1"], "1000.0"),
+])
+def test_cli_computes_what_numpy_would(argv, value, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"f() = {value}" in out or f"  f = {value}" in out or f"  f = {value!r}" in out, out
+
+
+def test_invalid_utf8_in_argv_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "symgrad.cli", b"x + \xff"], capture_output=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count(b"\n") == 1 and b"\\udcff" in proc.stderr
 
 
 def test_console_script_runs():
@@ -83,4 +114,25 @@ def test_cli_check_sets_the_exit_status(capsys, monkeypatch):
 def test_cli_wrt_errors_are_one_line(capsys):
     assert main(["x*y", "--wrt", "z"]) == 2
     err = capsys.readouterr().err
-    assert "--wrt: the formula does not use z" in err and err.count("\n") == 1
+    assert "--wrt: the formula does not use 'z'" in err and err.count("\n") == 1
+
+
+_OPTIONS = st.sampled_from([[], ["--hessian"], ["--json"], ["--check"], ["--latex"], ["--wrt", "x"],
+                            ["--wrt", "x,y"], ["--wrt", ""], ["--at", "x=1,y=2"], ["--at", "x=0"],
+                            ["--at", "x=-1e308,y=nan"], ["--at", "x"], ["--at", "x=1=2"], ["--"], ["-h"]])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(dags(max_ops=6, n_vars=2).map(lambda f: str(f).replace("x0", "x").replace("x1", "y")),
+                 st.text(max_size=30),
+                 st.sampled_from(["-x*y", "x/0", "sin(x, y)", "10**10**10*x", "x**y", "where(x<y, x, y)"])),
+       st.lists(_OPTIONS, max_size=4).map(lambda groups: [a for g in groups for a in g]), st.booleans())
+def test_random_command_lines_exit_0_1_or_2_with_no_traceback(formula, options, first):
+    argv = [formula, *options] if first else [*options, formula]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*argv, "--backend", "python"])
+    assert code in (0, 1, 2)
+    assert "Traceback" not in err.getvalue()
+    if code == 2 and "-h" not in argv:
+        assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("symgrad: ")

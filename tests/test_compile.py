@@ -216,3 +216,13 @@ def test_compile_errors_name_the_culprit():
         sg.compile(x, [x], backend="gpu")
     with pytest.raises(ValueError, match="one scalar expression"):
         sg.value_and_grad([x, y], [x])
+
+
+def test_a_formula_without_variables_has_an_empty_gradient():
+    x = sg.Var("x")
+    value, g = sg.value_and_grad(sg.const(2.0) + 3.0, [])([])
+    assert value == 5.0 and isinstance(g, np.ndarray) and g.shape == (0,)
+    vg = sg.value_and_grad(sg.sin(x) + 2.0, [], params=[x])
+    value, g = vg([], [1.0])
+    assert value == math.sin(1.0) + 2.0 and g.shape == (0,)
+    assert vg.batch(np.empty((2, 0)), [1.0])[1].shape == (2, 0)

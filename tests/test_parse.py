@@ -2,7 +2,6 @@
 for anything else, no recursion and nothing executed whatever the input."""
 
 import math
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -52,9 +51,7 @@ def test_precedence_is_pythons(text):
     ("-1/0", -math.inf), ("0/0", math.nan),
 ])
 def test_numbers_are_floats_as_numpy_computes_them(text, value):
-    start = time.perf_counter()
-    got = sg.parse(text)
-    assert time.perf_counter() - start < 1.0  # no bignum arithmetic
+    got = sg.parse(text)  # no bignum arithmetic: 10**10**10 would take hours
     assert math.isnan(got.value) if math.isnan(value) else got.value == value
 
 

@@ -64,7 +64,7 @@ class Compiled:
         self._pattern = pattern
         self._roots = roots  # the interpreter backend evaluates the expressions themselves
         self._flat = pattern is None and len(shape) == 1  # array results returned as computed
-        self._kind = _ARRAY if not program.returns_value else _VALUE_GRAD if program.n_out else _SCALAR
+        self._kind = _ARRAY if not program.returns_value else _SCALAR if shape == () else _VALUE_GRAD
         self._n_out = program.n_out
         self._point = kernels("point")
 
