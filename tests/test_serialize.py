@@ -4,11 +4,13 @@ import json
 import math
 import multiprocessing
 import pickle
+import tracemalloc
 
 import numpy as np
 import pytest
 from graphs import VARS, dags
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import symgrad as sg
 
@@ -53,13 +55,58 @@ def _doc(**change):
     (_doc(nodes=[["var", "x", []], ["frobnicate", None, [0]]]), "node 1 has the unknown op 'frobnicate'"),
     (_doc(nodes=[["sin", None, [0]]]), "node 0 \\(sin\\) refers to arguments \\[0\\]"),
     (_doc(nodes=[["var", "x", []], ["add", None, [0]]]), "node 1 is malformed"),
-    (_doc(nodes=[["const", "zz", []]], outputs=[0]), "node 0 is malformed"),
+    (_doc(nodes=[["const", "zz", []]], outputs=[0]), "node 0: a constant is written as float.hex"),
     (_doc(outputs=[99]), "outputs must be indices"),
-    (_doc(kind="dict"), "a dict needs matching names"),
+    (_doc(kind="dict"), "a dict needs one name \\(a string\\) per output"),
+    ("[" * 100000 + "]" * 100000, "not a symgrad JSON document"),
+    (_doc(nodes=[["var", "x", []], ["sin", None, [[[[[0]]]]] * 2000]]), "refers to arguments"),
+    (_doc(nodes=[["const", "0x1p+99999", []]], outputs=[0]), "too large for a float"),
+    (_doc(nodes=[["const", "1" * 5000, []]], outputs=[0]), "a constant is written as float.hex"),
+    (_doc().replace('"outputs": [', '"outputs": [' + "1" * 5000 + ", "), "too large to be an index"),
+    ('{"format": "symgrad", "version": ' + "9" * 5000 + "}", "too large to be an index"),
+    (_doc(nodes=[["var", "\udcff", []]], outputs=[0]), "a variable needs a printable name"),
+    (_doc(nodes=[["var", "x\u0000", []]], outputs=[0]), "a variable needs a printable name"),
+    (_doc(kind="array", shape=[1e8]), "an array's shape must be sizes whose product is the number of outputs"),
+    (_doc(kind="array", shape=[100000000]), "an array's shape must be sizes"),
+    (_doc(kind="array", shape=[], nodes=[["var", "x", []], ["var", "y", []]], outputs=[0, 1, 0, 1]),
+     "number of outputs \\(4\\), got \\[\\]"),
+    (_doc(kind="dict", names=["a", "a"], nodes=[["var", "x", []], ["var", "y", []]], outputs=[0, 1]),
+     "the dict names \\['a'\\] more than once"),
+    (_doc(nodes=[["var", "x", []], ["sin", 3.0, [0]]]), "only var and const have one"),
+    (b"\xff\xfe", "not a symgrad JSON document"), (_doc() + " trailing", "extra text after the document"),
+    (json.dumps({"nodes": [["var", "x", []]], "format": "symgrad", "version": 1}), "before the nodes"),
 ])
 def test_malformed_or_newer_documents_raise_format_errors(text, message):
     with pytest.raises(sg.FormatError, match=message):
         sg.loads(text)
+
+
+def test_a_decimal_constant_is_refused_not_read_as_hex():
+    doc = _doc(nodes=[["const", "1.5", []]], outputs=[0])
+    with pytest.raises(sg.FormatError, match="got '1.5'"):
+        sg.loads(doc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60) | st.binary(max_size=60) | st.builds(
+    lambda doc, cut, junk: doc[:cut] + junk, st.just(sg.dumps({"f": x * y + 1.5, "g": sg.sin(x)})),
+    st.integers(0, 120), st.text(max_size=5)))
+def test_random_documents_load_or_raise_format_error(text):
+    try:
+        sg.loads(text)
+    except sg.FormatError as e:
+        assert "\n" not in str(e) and len(str(e)) < 400
+
+
+def test_loading_takes_memory_near_the_graph_not_the_document():
+    v = sg.vector("v", 20000)
+    f = np.sum(np.sin(v[1:] * v[:-1]) + v[1:] ** 2)
+    text = sg.dumps(f)
+    tracemalloc.start()
+    back = sg.loads(text)  # f's nodes exist (hash-consing): what is allocated is the reading itself
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert back is f and peak < len(text) / 2, (peak, len(text))
 
 
 @pytest.mark.parametrize("backend", ["numba", "vm", "python"])

@@ -32,6 +32,8 @@ def Var(name: str) -> Expr:
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"a variable name must be a non-empty str, got {type(name).__name__} {name!r}")
+    if not name.isprintable():  # also lone surrogates (undecodable bytes), which no file can hold
+        raise ValueError(f"a variable name must be printable text, got {name[:80]!r}")
     return intern(_VAR, (), name)
 
 

@@ -9,13 +9,16 @@ refused with the version numbers, not misread.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 import numpy as np
 
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
-from symgrad.expr.traverse import _like, from_flat, to_flat
+from symgrad.expr.build import apply
+from symgrad.expr.traverse import _like, to_flat
 
 FORMAT, VERSION = "symgrad", 1
 
@@ -49,70 +52,164 @@ def dumps(exprs: Any, indent: int | None = None) -> str:
 def loads(text: str | bytes) -> Any:
     """Load what :func:`dumps` saved: the same expressions (the same nodes, by hash-consing).
 
+    Any other input raises :class:`FormatError` naming what is wrong. Nodes are built as
+    they are read (memory stays near the size of the graph itself), and no count or shape
+    in the document makes the loader allocate more than the document's size implies.
+
     >>> import symgrad as sg
     >>> x = sg.Var("x")
     >>> sg.loads(sg.dumps(x ** 2 + 1)) is x ** 2 + 1
     True
     """
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
-        raise FormatError(f"not a symgrad JSON document: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise FormatError("not a symgrad JSON document: no \"format\": \"symgrad\" field")
+        if isinstance(text, bytes | bytearray):
+            text = bytes(text).decode("utf-8")
+        if not isinstance(text, str):
+            raise TypeError(f"expected str or bytes, got {type(text).__name__}")
+        doc, built = _Reader(text).document()
+    except FormatError:
+        raise
+    except (ValueError, TypeError, UnicodeError, OverflowError) as e:
+        raise FormatError(f"not a symgrad JSON document: {str(e)[:200]}") from None
+    except RecursionError:
+        raise FormatError("not a symgrad JSON document: nested too deeply") from None
+    except MemoryError:
+        raise FormatError("symgrad JSON: the document does not fit in memory") from None
+    return _outputs(doc, built)
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > 18:
+        raise FormatError(f"symgrad JSON: the integer {digits[:30]}... is too large to be an index or size")
+    return int(digits)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_HEX = re.compile(r"-?(0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]{1,5}|inf|nan)")
+
+
+class _Reader:
+    """The document's top-level object read key by key, its ``nodes`` entry node by node."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos = text, 0
+        self.decoder = json.JSONDecoder(parse_int=_bounded_int)
+
+    def skip(self, char: str | None = None) -> str:
+        self.pos = _WS.match(self.text, self.pos).end()
+        got = self.text[self.pos:self.pos + 1]
+        if char is not None:
+            if got not in char:
+                raise ValueError(f"expected {' or '.join(map(repr, char))} at character {self.pos}, got {got!r}")
+            self.pos += 1
+        return got
+
+    def value(self) -> Any:
+        self.skip()
+        value, self.pos = self.decoder.raw_decode(self.text, self.pos)
+        return value
+
+    def document(self) -> tuple[dict, list[Expr]]:
+        doc: dict[str, Any] = {}
+        built: list[Expr] = []
+        self.skip("{")
+        while self.skip() != "}":
+            if doc:
+                self.skip(",")
+            key = self.value()
+            self.skip(":")
+            if key == "nodes" and self.skip() == "[":
+                _check_header(doc)
+                self.nodes(built)
+                doc[key] = True
+            else:
+                doc[key] = self.value()
+        self.skip("}")
+        if self.skip() != "":
+            raise ValueError(f"extra text after the document at character {self.pos}")
+        if "nodes" not in doc:
+            _check_header(doc)
+            raise FormatError("symgrad JSON: \"nodes\" must be a list")
+        return doc, built
+
+    def nodes(self, built: list[Expr]) -> None:
+        self.skip("[")
+        while self.skip() != "]":
+            if built:
+                self.skip(",")
+            built.append(_node(len(built), self.value(), built))
+        self.skip("]")
+
+
+def _check_header(doc: dict) -> None:
+    """The format and version, checked before any node is built (they must come first, as dumps writes)."""
+    if doc.get("format") != FORMAT:
+        raise FormatError("not a symgrad JSON document: no \"format\": \"symgrad\" field before the nodes")
     version = doc.get("version")
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise FormatError(f"symgrad JSON: bad version field {version!r}")
     if version > VERSION:
         raise FormatError(f"this file has symgrad format version {version}, newer than this symgrad reads "
                           f"(up to {VERSION}): upgrade symgrad to load it")
-    built = _nodes(doc.get("nodes"))
+
+
+def _outputs(doc: dict, built: list[Expr]) -> Any:
     outputs = doc.get("outputs")
-    if not isinstance(outputs, list) or not all(isinstance(i, int) and 0 <= i < len(built) for i in outputs):
+    if not isinstance(outputs, list) or not all(type(i) is int and 0 <= i < len(built) for i in outputs):
         raise FormatError(f"symgrad JSON: outputs must be indices of nodes (0 to {len(built) - 1})")
     roots = [built[i] for i in outputs]
     kind = doc.get("kind")
-    try:
-        if kind == "dict":
-            names = doc["names"]
-            if len(names) != len(roots):
-                raise ValueError(f"{len(names)} names for {len(roots)} outputs")
-            return dict(zip(names, roots))
-        if kind == "array":
-            return _like(np.empty(doc["shape"], dtype=object), roots)
-    except (KeyError, TypeError, ValueError) as e:
-        raise FormatError(f"symgrad JSON: a {kind} needs matching names / shape ({e})") from None
+    if kind == "dict":
+        names = doc.get("names")
+        if not isinstance(names, list) or len(names) != len(roots) or not all(isinstance(n, str) for n in names):
+            raise FormatError(f"symgrad JSON: a dict needs one name (a string) per output, {len(roots)} in all")
+        if len(set(names)) != len(names):
+            raise FormatError(f"symgrad JSON: the dict names {sorted({n for n in names if names.count(n) > 1})[:5]} "
+                              "more than once")
+        return dict(zip(names, roots))
+    if kind == "array":
+        shape = doc.get("shape")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape) \
+                or math.prod(shape) != len(roots):
+            raise FormatError(f"symgrad JSON: an array's shape must be sizes whose product is the number of "
+                              f"outputs ({len(roots)}), got {str(shape)[:80]}")
+        return _like(np.empty(shape, dtype=object), roots)
     if kind == "expr" and len(roots) == 1:
         return roots[0]
     if kind == "list":
         return roots
-    raise FormatError(f"symgrad JSON: kind {kind!r} with {len(roots)} outputs is not something dumps writes")
+    raise FormatError(f"symgrad JSON: kind {str(kind)[:40]!r} with {len(roots)} outputs is not something dumps "
+                      "writes")
 
 
-def _nodes(entries: Any) -> list[Expr]:
-    """Check every entry, then build them all with :func:`from_flat`."""
-    if not isinstance(entries, list):
-        raise FormatError("symgrad JSON: \"nodes\" must be a list")
-    flat = []
-    for k, entry in enumerate(entries):
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
-            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): expected [op, payload, [args]]")
-        name, payload, args = entry
-        op = OPS.get(name) if isinstance(name, str) else None
-        if op is None:
-            raise FormatError(f"symgrad JSON: node {k} has the unknown op {name!r}")
-        if not all(isinstance(i, int) and 0 <= i < k for i in args):
-            raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {args} that are not "
-                              "earlier nodes")
-        if len(args) != op.arity:
-            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): {name} takes {op.arity} "
-                              f"argument(s), got {len(args)}")
-        if name == "const":
-            try:
-                payload = float.fromhex(payload)
-            except (TypeError, ValueError) as e:
-                raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): {e}") from None
-        elif name == "var" and not (isinstance(payload, str) and payload):
-            raise FormatError(f"symgrad JSON: node {k} is malformed ({entry!r}): a variable needs a name")
-        flat.append((name, payload, tuple(args)))
-    return from_flat(flat, list(range(len(flat))))
+def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
+    """Node ``k``, checked and built from earlier ones."""
+    if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
+        raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): expected [op, payload, [args]]")
+    name, payload, args = entry
+    op = OPS.get(name) if isinstance(name, str) else None
+    if op is None:
+        raise FormatError(f"symgrad JSON: node {k} has the unknown op {str(name)[:40]!r}")
+    if not all(type(i) is int and 0 <= i < k for i in args):
+        raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {str(args)[:80]} that are not "
+                          "earlier nodes")
+    if len(args) != op.arity:
+        raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): {name} takes {op.arity} "
+                          f"argument(s), got {len(args)}")
+    if name == "const":
+        if not (isinstance(payload, str) and _HEX.fullmatch(payload)):
+            raise FormatError(f"symgrad JSON: node {k}: a constant is written as float.hex() gives it "
+                              f"(such as '0x1.8p+0'), got {str(payload)[:40]!r}")
+        try:
+            payload = float.fromhex(payload)
+        except OverflowError:
+            raise FormatError(f"symgrad JSON: node {k}: the constant {payload[:40]} is too large for a float") \
+                from None
+    elif name == "var":
+        if not (isinstance(payload, str) and payload and payload.isprintable()):
+            raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): a variable needs a "
+                              "printable name")
+    elif payload is not None:
+        raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var and "
+                          "const have one")
+    return apply(op, tuple(built[i] for i in args), payload)
