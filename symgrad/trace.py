@@ -82,6 +82,11 @@ def _leaf_info(leaf: Any, who: str, name: str) -> tuple[tuple, Any]:
     if isinstance(leaf, np.ndarray) and leaf.dtype == object:
         return leaf.shape, None
     arr = np.asarray(leaf) if isinstance(leaf, np.ndarray | np.generic | int | float) else None
+    if isinstance(leaf, int) and arr.dtype.kind == "O":  # beyond int64
+        try:
+            arr = np.asarray(float(leaf))
+        except OverflowError:
+            raise ValueError(f"{who}: argument {name!r} = {str(leaf)[:30]}... is too large for a float64") from None
     if arr is None or arr.dtype.kind not in "biuf":
         kind = "complex" if arr is not None and arr.dtype.kind == "c" or isinstance(leaf, complex) else None
         if kind:

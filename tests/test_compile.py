@@ -187,7 +187,7 @@ def test_arguments_are_converted_or_rejected_clearly(backend):
         vg([1.0, 2.0, 3.0], [0.0])
     with pytest.raises(TypeError, match="missing params: expected p of shape"):
         vg([1.0, 2.0])
-    with pytest.raises(TypeError, match="x: cannot convert"):
+    with pytest.raises(TypeError, match="x: expected real numbers, got list"):
         vg(["a", "b"], [0.0])
     with pytest.raises(TypeError, match="complex"):
         vg([1j, 2.0], [0.0])
@@ -226,3 +226,44 @@ def test_a_formula_without_variables_has_an_empty_gradient():
     value, g = vg([], [1.0])
     assert value == math.sin(1.0) + 2.0 and g.shape == (0,)
     assert vg.batch(np.empty((2, 0)), [1.0])[1].shape == (2, 0)
+
+
+_ZEROS = [(0.0, -0.0), (-0.0, 0.0), (-0.0, -0.0), (0.0, 0.0), (math.nan, -0.0), (-0.0, math.nan), (1.0, 1.0),
+          (-math.inf, math.inf), (2.0, -3.0)]
+
+
+def test_signed_zeros_agree_bit_for_bit_in_every_backend():
+    """max/min order zeros as IEEE 754-2019 does (-0 < +0, whatever the argument order); relu and sign
+    give +0 at -0 as NumPy's sign does; so d|x| at -0.0 is +0 everywhere."""
+    x, y = sg.symbols("x y")
+    exprs = [sg.maximum(x, y), sg.minimum(x, y), sg.relu(x), sg.sign(x), sg.diff(sg.abs(x), x),
+             sg.diff(sg.relu(x), x), sg.diff(sg.maximum(x, y), x), np.fmax(x, y), sg.abs(x), sg.softplus(x)]
+    compiled = [sg.compile(exprs, [x, y], backend=b) for b in ("numba", "vm", "python")]
+    for p in _ZEROS:
+        want = np.array([sg.evaluate(e, {x: p[0], y: p[1]}) for e in exprs], dtype=float)
+        for f in compiled:
+            got = f(np.array(p))
+            assert got.tobytes() == want.tobytes() or np.array_equal(got, want, equal_nan=True) and \
+                np.array_equal(np.signbit(got), np.signbit(want)), (f.backend, p, got, want)
+    assert np.signbit([sg.maximum(0.0, -0.0), sg.maximum(-0.0, 0.0)]).tolist() == [False, False]
+    assert np.signbit([sg.minimum(0.0, -0.0), sg.minimum(-0.0, 0.0), sg.relu(-0.0), sg.sign(-0.0)]).tolist() \
+        == [True, True, False, False]
+
+
+@pytest.mark.parametrize("arg, error, match", [
+    (None, TypeError, "x: expected real numbers, got NoneType None"),
+    (["2", "3"], TypeError, r"x: expected real numbers, got list \['2', '3'\]"),
+    ([10**400, 3.0], ValueError, "x: a value is too large for a float64"),
+    ([[1.0], [2.0, 3.0]], ValueError, "x: expected a rectangular array of real numbers, got list"),
+    ("23", TypeError, "x: expected real numbers, got str '23'"),
+    ([1 + 2j, 3.0], TypeError, "x: complex values are not supported"),
+])
+@pytest.mark.parametrize("backend", ["numba", "vm"])
+def test_bad_call_arguments_are_named(backend, arg, error, match):
+    x, y = sg.symbols("x y")
+    vg = sg.value_and_grad(x * y + sg.sin(x), [x, y], backend=backend)
+    with pytest.raises(error, match=match):
+        vg(arg)
+    if arg is not None:
+        with pytest.raises(error, match="X: (expected|a value|complex)"):
+            vg.batch([arg, arg])

@@ -224,3 +224,10 @@ def test_traced_gradient_matches_the_expression_api(xs):
     ref = sg.evaluate(sg.grad(f(s.view(SymArray)), s), {f"x[{i}]": v for i, v in enumerate(x)})
     np.testing.assert_allclose(sg.grad(f, backend="python")(x), np.array(ref, dtype=float), rtol=1e-12,
                                atol=1e-14)
+
+
+def test_huge_integer_arguments():
+    g = sg.grad(lambda x, y: x * y)
+    assert g(10**20, 2.0) == 2.0
+    with pytest.raises(ValueError, match="argument 'x' = 1000.*is too large for a float64"):
+        g(10**400, 2.0)

@@ -260,20 +260,38 @@ def _converted(value: Any) -> Any:
         return value.astype(np.float64) if value.dtype.kind in "biuf" else value
     if type(value) is list or type(value) is tuple:
         try:
-            return np.array(value, dtype=np.float64)
-        except (TypeError, ValueError):
+            a = np.array(value)
+        except (TypeError, ValueError, OverflowError):
             return value
+        return a if a.dtype is _F64 else a.astype(np.float64) if a.dtype.kind in "biuf" else value
     return value
 
 
 def _as_float(value: Any, which: str) -> np.ndarray:
-    if np.iscomplexobj(value):
-        raise TypeError(f"{which}: complex values are not supported, got {np.asarray(value).dtype}")
+    """``value`` as a C-contiguous float64 array, or an error naming ``which`` and what is wrong with it."""
     try:
-        a = np.ascontiguousarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{which}: cannot convert {type(value).__name__} to a float64 array ({e})") from None
+        a = np.asarray(value)
+    except (ValueError, OverflowError) as e:  # ragged nesting, or a number NumPy cannot hold
+        raise ValueError(f"{which}: expected a rectangular array of real numbers, got {_brief(value)}: "
+                         f"{str(e).split('. ')[0]}") from None
+    if a.dtype.kind == "c":
+        raise TypeError(f"{which}: complex values are not supported, got {a.dtype}")
+    if a.dtype.kind == "O" and a.size and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                               for v in a.ravel()):
+        try:
+            a = a.astype(np.float64)
+        except OverflowError:
+            raise ValueError(f"{which}: a value is too large for a float64 (|x| > 1.8e308), got {_brief(value)}") \
+                from None
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{which}: expected real numbers, got {_brief(value)} (dtype {a.dtype})")
+    a = np.ascontiguousarray(a, dtype=np.float64)
     return a if a.flags.writeable else a.copy()
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
 
 
 # ---- backends: each gives (variant name -> kernel, the source or a function making it) ----

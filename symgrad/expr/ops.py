@@ -204,23 +204,35 @@ mod = _row("mod", 2, np.remainder, _REMAINDER,
 floor_divide = _row("floor_divide", 2, np.floor_divide, _FLOOR_DIVIDE, (None, None),
                     ufunc=np.floor_divide, to_sympy=lambda a, b: sympy.floor(a / b), branch=np.floor_divide,
                     **_infix(" // ", MUL - 1, MUL, MUL + 1, r" \mathbin{//} "))
+def _max(a: Any, b: Any) -> Any:
+    """NumPy's maximum, with IEEE 754-2019's order of zeros (-0 < +0): the same for either argument
+    order, as a commutative op must be (NumPy returns whichever zero comes second)."""
+    with np.errstate(invalid="ignore"):
+        return np.where((a == 0.0) & (b == 0.0), a + b, np.maximum(a, b))[()]
+
+
+def _min(a: Any, b: Any) -> Any:
+    with np.errstate(invalid="ignore"):
+        return np.where((a == 0.0) & (b == 0.0), -(-a - b), np.minimum(a, b))[()]
+
+
 abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
            aliases=("__abs__",), to_sympy=sympy.Abs, branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
-sign = _row("sign", 1, np.sign, "np.sign({0})", (None,), ufunc=np.sign, to_sympy=sympy.sign,
+sign = _row("sign", 1, lambda a: np.sign(a) + 0.0, "(np.sign({0}) + 0.0)", (None,), ufunc=np.sign, to_sympy=sympy.sign,
             branch=np.sign)
 floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, aliases=("__floor__",),
              to_sympy=sympy.floor, branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
             to_sympy=sympy.ceiling, branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"))
-minimum = _row("minimum", 2, np.minimum, "np.minimum({0}, {1})",
+minimum = _row("minimum", 2, _min, "(-(-{0} - {1}) if {0} == 0.0 and {1} == 0.0 else np.minimum({0}, {1}))",
                (lambda a, b, o: 0.5 - 0.5 * sign(a - b), lambda a, b, o: 0.5 + 0.5 * sign(a - b)),
                commutative=True, ufunc=np.minimum, to_sympy=sympy.Min,
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2))
-maximum = _row("maximum", 2, np.maximum, "np.maximum({0}, {1})",
+maximum = _row("maximum", 2, _max, "({0} + {1} if {0} == 0.0 and {1} == 0.0 else np.maximum({0}, {1}))",
                (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
                commutative=True, ufunc=np.maximum, to_sympy=sympy.Max,
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2))
-relu = _row("relu", 1, lambda a: np.maximum(a, 0.0), "np.maximum({0}, 0.0)", (lambda a, o: gt(a, 0.0),),
+relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0) + 0.0)", (lambda a, o: gt(a, 0.0),),
             to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
