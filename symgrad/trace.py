@@ -86,7 +86,8 @@ def _leaf_info(leaf: Any, who: str, name: str) -> tuple[tuple, Any]:
         try:
             arr = np.asarray(float(leaf))
         except OverflowError:
-            raise ValueError(f"{who}: argument {name!r} = {str(leaf)[:30]}... is too large for a float64") from None
+            raise ValueError(f"{who}: argument {name!r} = {str(leaf)[:30]}... is too large for a float64") \
+                from None
     if arr is None or arr.dtype.kind not in "biuf":
         kind = "complex" if arr is not None and arr.dtype.kind == "c" or isinstance(leaf, complex) else None
         if kind:

@@ -218,8 +218,8 @@ def _min(a: Any, b: Any) -> Any:
 
 abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
            aliases=("__abs__",), to_sympy=sympy.Abs, branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
-sign = _row("sign", 1, lambda a: np.sign(a) + 0.0, "(np.sign({0}) + 0.0)", (None,), ufunc=np.sign, to_sympy=sympy.sign,
-            branch=np.sign)
+sign = _row("sign", 1, lambda a: np.sign(a) + 0.0, "(np.sign({0}) + 0.0)", (None,), ufunc=np.sign,
+            to_sympy=sympy.sign, branch=np.sign)
 floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, aliases=("__floor__",),
              to_sympy=sympy.floor, branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
@@ -232,8 +232,8 @@ maximum = _row("maximum", 2, _max, "({0} + {1} if {0} == 0.0 and {1} == 0.0 else
                (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
                commutative=True, ufunc=np.maximum, to_sympy=sympy.Max,
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2))
-relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0) + 0.0)", (lambda a, o: gt(a, 0.0),),
-            to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
+relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0) + 0.0)",
+            (lambda a, o: gt(a, 0.0),), to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
 lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), ufunc=np.less,

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
-from symgrad.expr.build import apply
 from symgrad.expr.traverse import _like, to_flat
 
 FORMAT, VERSION = "symgrad", 1
@@ -164,8 +164,8 @@ def _outputs(doc: dict, built: list[Expr]) -> Any:
         if not isinstance(names, list) or len(names) != len(roots) or not all(isinstance(n, str) for n in names):
             raise FormatError(f"symgrad JSON: a dict needs one name (a string) per output, {len(roots)} in all")
         if len(set(names)) != len(names):
-            raise FormatError(f"symgrad JSON: the dict names {sorted({n for n in names if names.count(n) > 1})[:5]} "
-                              "more than once")
+            twice = sorted({n for n in names if names.count(n) > 1})[:5]
+            raise FormatError(f"symgrad JSON: the dict names {twice} more than once")
         return dict(zip(names, roots))
     if kind == "array":
         shape = doc.get("shape")
@@ -185,7 +185,8 @@ def _outputs(doc: dict, built: list[Expr]) -> Any:
 def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
     """Node ``k``, checked and built from earlier ones."""
     if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
-        raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): expected [op, payload, [args]]")
+        raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): expected "
+                          "[op, payload, [args]]")
     name, payload, args = entry
     op = OPS.get(name) if isinstance(name, str) else None
     if op is None:
