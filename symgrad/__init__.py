@@ -6,21 +6,25 @@
 [y + cos(x), x]
 """
 
+from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
-from symgrad.compile.function import Compiled, compile
+from types import ModuleType as _ModuleType
+
+from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad.compile.function import Compiled
 from symgrad.compile.lower import Program
 from symgrad.expr.arrays import SymArray
 from symgrad.expr.build import FUNCS as _FUNCS
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff
+from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import evaluate
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex
 from symgrad.expr.serialize import FormatError, dumps, loads
 from symgrad.expr.sparsity import SparseExprs
-from symgrad.expr.sympy_bridge import from_sympy, to_sympy
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
-from symgrad.parse import parse
+from symgrad.parse import ParseError
 from symgrad.trace import Function, grad, hessian, hvp, jacobian, jit, jvp, value_and_grad, vjp
 
 exp = _FUNCS["exp"]
@@ -60,3 +64,20 @@ stop_gradient = _FUNCS["stop_gradient"]
 lt, le, gt, ge, eq, ne = (_FUNCS[n] for n in ("lt", "le", "gt", "ge", "eq", "ne"))
 
 __version__ = "0.1.0"
+
+# What `from symgrad import *` gives: everything public except the names that would shadow Python's
+# builtins (abs, compile, format): use them as sg.abs, sg.compile, sg.format.
+__all__ = sorted(
+    {name for name, value in globals().items() if not name.startswith("_") and (
+        not isinstance(value, _ModuleType) or isinstance(value, _CallableModule))}
+    - {"abs", "compile", "format"} | {"to_sympy", "from_sympy"}
+)
+
+
+def __getattr__(name: str):
+    """to_sympy and from_sympy load SymPy on first use (it is half of symgrad's import time)."""
+    if name in ("to_sympy", "from_sympy"):
+        from symgrad.expr import sympy_bridge
+
+        return getattr(sympy_bridge, name)
+    raise AttributeError(f"module 'symgrad' has no attribute {name!r}")

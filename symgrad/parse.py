@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from symgrad.callmodule import make_callable
 from symgrad.expr.build import FUNCS, Var, const
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
@@ -215,3 +216,6 @@ def _close(text: str, frames: list[_Frame], values: list, col: int, empty: bool 
         raise _error(text, f"{frame.func} takes {arity} argument{'s' * (arity > 1)}, got {len(frame.args)}",
                      frame.column)
     values.append(FUNCS[frame.func](*frame.args))
+
+
+make_callable(__name__, parse)  # sg.parse(text), and symgrad.parse.ParseError: see symgrad/callmodule.py

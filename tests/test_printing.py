@@ -1,6 +1,13 @@
 """Printing: the let form, linear size, LaTeX."""
 
+import logging
 import math
+import re
+
+import pytest
+from graphs import dags
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import symgrad as sg
 
@@ -37,3 +44,70 @@ def test_latex():
         if e is not None and e.op is op:
             for text in (str(e), sg.latex(e)):
                 assert all(a.name in text for a in args), (name, text)
+
+
+def test_latex_superscripts_and_names_are_valid():
+    assert sg.latex(sg.exp(x) ** 2) == r"\left(e^{x}\right)^{2}"
+    assert sg.latex((x ** y) ** z) == r"\left(x^{y}\right)^{z}"
+    assert sg.latex(sg.const(1.5e-20) ** x) == r"\left(1.5 \cdot 10^{-20}\right)^{x}"
+    assert sg.latex(sg.Var("p['W'][0, 1]") * sg.Var("x#3")) == r"\text{p['W'][0, 1]} \cdot \text{x\#3}"
+    assert sg.latex(sg.Var("a&b") + sg.Var("c_d") + sg.Var("e^f")) == r"\text{a\&b} + c_{d} + \text{e\^{}f}"
+    assert sg.latex(x % 2) == r"x \;\mathrm{mod}\; 2"
+
+
+_NAMES = st.text(alphabet=st.characters(max_codepoint=0xFFFF, blacklist_categories=["Cs", "Cc", "Zl", "Zp", "Cn",
+                                                                                 "Co", "Cf"]), min_size=1, max_size=5
+                 ).filter(str.isprintable)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(max_ops=8), _NAMES)
+def test_latex_of_random_graphs_parses_in_mathtext(f, name):
+    """matplotlib's mathtext (a TeX-free parser of TeX math) accepts every line symgrad writes.
+    Names stay in Unicode's basic plane: mathtext has no glyph lookup beyond it (TeX engines differ)."""
+    mathtext = pytest.importorskip("matplotlib.mathtext").MathTextParser("path")
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)  # missing glyphs are substituted, not errors
+    f = f * sg.Var(name)
+    for text in (sg.latex(f), sg.latex([f, f * 2]), sg.latex({name: f}), f._repr_latex_().strip("$")):
+        for line in text.removeprefix(r"\begin{aligned}").removesuffix(r"\end{aligned}").split(" \\\\\n"):
+            mathtext.parse(f"${line.replace('&=', '=')}$")
+
+
+def test_repr_latex_for_jupyter():
+    assert (x * y)._repr_latex_() == r"$x \cdot y$"
+    e = x
+    for _ in range(40):
+        e = sg.sin(e) * sg.sin(e) + e  # big enough for the let-form
+    text = e._repr_latex_()
+    assert text.startswith(r"$\begin{aligned}t_{1} &= ") and text.endswith(r"\end{aligned}$")
+
+
+def test_to_dot_shows_every_node_once_and_the_shared_ones_filled():
+    s = sg.sin(x * y)
+    dot = sg.to_dot({"f": s * s + s, "g \"quoted\"": s + 1})
+    nodes = re.findall(r"^  (n\d+) \[label=", dot, re.M)
+    edges = re.findall(r"^  (n\d+) -> (n\d+|out\d+)", dot, re.M)
+    assert len(nodes) == sg.count_nodes([s * s + s, s + 1]) == 8
+    assert {a for a, _ in edges} <= set(nodes) and len(edges) == 11
+    assert re.findall(r'\[label="(\w+)", style=filled', dot) == ["sin"]
+    assert 'out1 [label="g \\"quoted\\"", shape=house];' in dot
+    chain = x
+    for _ in range(10**5):
+        chain = chain + 1.0  # no recursion
+    assert sg.to_dot(chain).count(" -> ") == 2 * 10**5 + 1
+
+
+def test_program_to_dot_follows_the_slots():
+    from symgrad.compile.lower import lower
+
+    program = lower([x * y + sg.sin(x), x * y], [x, y])
+    dot = program.to_dot()
+    assert dot.count(" [label=") == len(program) and '[label="out[0] = s' in dot
+    assert dot.count(" -> ") == 2 + 1 + 2 + 2  # mul, sin, add read 5 values; 2 stores
+    assert "i0 -> i2;" in dot and "i1 -> i2;" in dot  # x[0] and x[1] flow into the mul
+
+
+def test_format_of_many_outputs():
+    vs = sg.vector("v", 8000)
+    text = sg.format(list(vs * 2.0))
+    assert text.count("\n") == 7999 and text.splitlines()[-1] == "out[7999] = 2*v[7999]"

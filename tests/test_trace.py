@@ -229,5 +229,5 @@ def test_traced_gradient_matches_the_expression_api(xs):
 def test_huge_integer_arguments():
     g = sg.grad(lambda x, y: x * y)
     assert g(10**20, 2.0) == 2.0
-    with pytest.raises(ValueError, match="argument 'x' = 1000.*is too large for a float64"):
+    with pytest.raises(ValueError, match="too large for a float64"):
         g(10**400, 2.0)

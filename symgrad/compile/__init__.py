@@ -1,1 +1,10 @@
-"""The numeric layer: expression DAGs lowered to Programs and compiled kernels."""
+"""The numeric layer: expression DAGs lowered to Programs and compiled kernels.
+
+Calling the package, ``symgrad.compile(outputs, inputs)``, calls
+:func:`symgrad.compile.function.compile` (see ``symgrad/callmodule.py``).
+"""
+
+from symgrad.callmodule import make_callable
+from symgrad.compile.function import compile as _compile
+
+make_callable(__name__, _compile)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr.dot import quote
 from symgrad.expr.node import Expr, float_bits
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import as_expr_list, topo_order
@@ -84,6 +85,43 @@ class Program:
                 row = _OPS_BY_CODE[op]
                 lines.append(f"  s{d} = {row.name} " + " ".join(f"s{s}" for s in (a, b, c)[: row.arity]))
         return "\n".join(lines) + " }"
+
+    def to_dot(self) -> str:
+        """Graphviz DOT of the instruction list: one node per instruction, an edge where a value flows.
+
+        >>> import symgrad as sg
+        >>> x = sg.Var("x")
+        >>> print(lower(sg.sin(x) * x, [x]).to_dot())
+        digraph "program" {
+          node [shape=box, fontname="Helvetica"];
+          i0 [label="s0 = x[0] (x)"];
+          i1 [label="s1 = sin"];
+          i0 -> i1;
+          i2 [label="s1 = mul"];
+          i0 -> i2;
+          i1 -> i2;
+          i3 [label="return s1", shape=house];
+          i2 -> i3;
+        }
+        """
+        lines = ['digraph "program" {', '  node [shape=box, fontname="Helvetica"];']
+        writer: dict[int, int] = {}  # slot -> the instruction whose value it holds now
+        for k, (op, d, a, b, c) in enumerate(self.code.tolist()):
+            if op == STORE:
+                label, reads, shape = ("return" if d < 0 else f"out[{d}] =") + f" s{a}", (a,), ", shape=house"
+            elif op == LOAD_X or op == LOAD_P:
+                which, names = ("x", self.inputs) if op == LOAD_X else ("p", self.params)
+                label, reads, shape = f"s{d} = {which}[{a}] ({names[a]})", (), ""
+            elif op == LOAD_CONST:
+                label, reads, shape = f"s{d} = {float(self.consts[a])!r}", (), ", shape=plaintext"
+            else:
+                row = _OPS_BY_CODE[op]
+                label, reads, shape = f"s{d} = {row.name}", (a, b, c)[:row.arity], ""
+            lines.append(f"  i{k} [label={quote(label)}{shape}];")
+            lines += [f"  i{writer[s]} -> i{k};" for s in reads]
+            if op != STORE:
+                writer[d] = k
+        return "\n".join([*lines, "}"])
 
     def __reduce__(self) -> tuple:
         # The key is not sent: it names generated modules, so the receiver computes it itself.

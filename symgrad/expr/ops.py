@@ -13,13 +13,13 @@ stop_gradient have derivative 0.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import sympy
 
 # Precedences for printing: an argument binds looser than its slot asks -> parentheses.
 CMP, ADD, MUL, NEG, POW, ATOM = 5, 10, 20, 25, 30, 100
@@ -37,7 +37,7 @@ class Op:
     prec: int = ATOM
     template: tuple | None = None  # infix printing: strings and (arg, min precedence)
     latex: tuple | None = None  # same form, for LaTeX; None: \operatorname{name}(...)
-    to_sympy: Callable | None = None
+    to_sympy: Callable | str | None = None  # a SymPy function's name, or a function of SymPy arguments
     commutative: bool = False
     branch: Callable | None = None  # kink ops: arg values -> which smooth piece
     aliases: tuple[str, ...] = ()  # NumPy method names that reach this op
@@ -89,18 +89,18 @@ def _cmp(ufunc):
     return lambda a, b: ufunc(a, b) * 1.0
 
 
-class _SympyStopGradient(sympy.Function):
-    """stop_gradient inside SymPy: the identity, with derivative 0."""
+class _LazySympy:
+    """SymPy, imported on first use: ``import symgrad`` does not load it (half its import time)."""
 
-    def fdiff(self, argindex=1):
-        return sympy.S.Zero
-
-    def _eval_evalf(self, prec):
-        return self.args[0].evalf(prec)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(importlib.import_module("sympy"), name)
 
 
-def _sympy_cmp(rel):
-    return lambda a, b: sympy.Piecewise((1, rel(a, b)), (0, True))
+sympy = _LazySympy()
+
+
+def _sympy_cmp(rel: str) -> Callable:
+    return lambda a, b: sympy.Piecewise((1, getattr(sympy, rel)(a, b)), (0, True))
 
 
 # fmt: off
@@ -130,50 +130,50 @@ pow = _row("pow", 2, np.power, "{0} ** {1}",
            latex=((0, POW + 1), "^{", (1, 0), "}"))
 
 # ---- elementary functions -----------------------------------------------------------------
-exp = _row("exp", 1, np.exp, "math.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy=sympy.exp,
+exp = _row("exp", 1, np.exp, "math.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy="exp",
            latex=(r"e^{", (0, 0), "}"))
-log = _row("log", 1, np.log, "math.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy=sympy.log,
+log = _row("log", 1, np.log, "math.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy="log",
            latex=_func(r"\log"))
 log1p = _row("log1p", 1, np.log1p, "math.log1p({0})", (lambda a, o: 1.0 / (a + 1.0),), ufunc=np.log1p,
              to_sympy=lambda a: sympy.log(1 + a))
 expm1 = _row("expm1", 1, np.expm1, "math.expm1({0})", (lambda a, o: o + 1.0,), ufunc=np.expm1,
              to_sympy=lambda a: sympy.exp(a) - 1)
 sqrt = _row("sqrt", 1, np.sqrt, "math.sqrt({0})", (lambda a, o: 0.5 / o,), ufunc=np.sqrt,
-            to_sympy=sympy.sqrt, latex=(r"\sqrt{", (0, 0), "}"))
-sin = _row("sin", 1, np.sin, "math.sin({0})", (lambda a, o: cos(a),), ufunc=np.sin, to_sympy=sympy.sin,
+            to_sympy="sqrt", latex=(r"\sqrt{", (0, 0), "}"))
+sin = _row("sin", 1, np.sin, "math.sin({0})", (lambda a, o: cos(a),), ufunc=np.sin, to_sympy="sin",
            latex=_func(r"\sin"))
-cos = _row("cos", 1, np.cos, "math.cos({0})", (lambda a, o: -sin(a),), ufunc=np.cos, to_sympy=sympy.cos,
+cos = _row("cos", 1, np.cos, "math.cos({0})", (lambda a, o: -sin(a),), ufunc=np.cos, to_sympy="cos",
            latex=_func(r"\cos"))
-tan = _row("tan", 1, np.tan, "math.tan({0})", (lambda a, o: o * o + 1.0,), ufunc=np.tan, to_sympy=sympy.tan,
+tan = _row("tan", 1, np.tan, "math.tan({0})", (lambda a, o: o * o + 1.0,), ufunc=np.tan, to_sympy="tan",
            latex=_func(r"\tan"))
 asin = _row("asin", 1, np.arcsin, "math.asin({0})", (lambda a, o: 1.0 / sqrt(1.0 - a * a),),
-            ufunc=np.arcsin, aliases=("arcsin",), to_sympy=sympy.asin, latex=_func(r"\arcsin"))
+            ufunc=np.arcsin, aliases=("arcsin",), to_sympy="asin", latex=_func(r"\arcsin"))
 acos = _row("acos", 1, np.arccos, "math.acos({0})", (lambda a, o: -1.0 / sqrt(1.0 - a * a),),
-            ufunc=np.arccos, aliases=("arccos",), to_sympy=sympy.acos, latex=_func(r"\arccos"))
+            ufunc=np.arccos, aliases=("arccos",), to_sympy="acos", latex=_func(r"\arccos"))
 atan = _row("atan", 1, np.arctan, "math.atan({0})", (lambda a, o: 1.0 / (a * a + 1.0),),
-            ufunc=np.arctan, aliases=("arctan",), to_sympy=sympy.atan, latex=_func(r"\arctan"))
+            ufunc=np.arctan, aliases=("arctan",), to_sympy="atan", latex=_func(r"\arctan"))
 atan2 = _row("atan2", 2, np.arctan2, "math.atan2({0}, {1})",
              (lambda a, b, o: b / (a * a + b * b), lambda a, b, o: -a / (a * a + b * b)),
-             ufunc=np.arctan2, aliases=("arctan2",), to_sympy=sympy.atan2)
+             ufunc=np.arctan2, aliases=("arctan2",), to_sympy="atan2")
 sinh = _row("sinh", 1, np.sinh, "math.sinh({0})", (lambda a, o: cosh(a),), ufunc=np.sinh,
-            to_sympy=sympy.sinh, latex=_func(r"\sinh"))
+            to_sympy="sinh", latex=_func(r"\sinh"))
 cosh = _row("cosh", 1, np.cosh, "math.cosh({0})", (lambda a, o: sinh(a),), ufunc=np.cosh,
-            to_sympy=sympy.cosh, latex=_func(r"\cosh"))
+            to_sympy="cosh", latex=_func(r"\cosh"))
 tanh = _row("tanh", 1, np.tanh, "math.tanh({0})", (lambda a, o: 1.0 - o * o,), ufunc=np.tanh,
-            to_sympy=sympy.tanh, latex=_func(r"\tanh"))
+            to_sympy="tanh", latex=_func(r"\tanh"))
 asinh = _row("asinh", 1, np.arcsinh, "math.asinh({0})", (lambda a, o: 1.0 / sqrt(a * a + 1.0),),
-             ufunc=np.arcsinh, aliases=("arcsinh",), to_sympy=sympy.asinh)
+             ufunc=np.arcsinh, aliases=("arcsinh",), to_sympy="asinh")
 acosh = _row("acosh", 1, np.arccosh, "math.acosh({0})", (lambda a, o: 1.0 / sqrt(a * a - 1.0),),
-             ufunc=np.arccosh, aliases=("arccosh",), to_sympy=sympy.acosh)
+             ufunc=np.arccosh, aliases=("arccosh",), to_sympy="acosh")
 atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0 - a * a),),
-             ufunc=np.arctanh, aliases=("arctanh",), to_sympy=sympy.atanh)
+             ufunc=np.arctanh, aliases=("arctanh",), to_sympy="atanh")
 logaddexp = _row("logaddexp", 2, np.logaddexp,
                  "({0} + 0.6931471805599453 if {0} == {1} else "
                  "max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
                  (lambda a, b, o: exp(a - o), lambda a, b, o: exp(b - o)), commutative=True, ufunc=np.logaddexp,
                  to_sympy=lambda a, b: sympy.log(sympy.exp(a) + sympy.exp(b)), doc="log(exp(a) + exp(b)), smooth")
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
-           to_sympy=sympy.erf, latex=_func(r"\operatorname{erf}"))
+           to_sympy="erf", latex=_func(r"\operatorname{erf}"))
 sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + math.exp(-{0}))",
                (lambda a, o: o * (1.0 - o),), to_sympy=lambda a: 1 / (1 + sympy.exp(-a)),
                latex=_func(r"\sigma"))
@@ -200,10 +200,12 @@ _FLOOR_DIVIDE = (f"({{0}} / {{1}} if {{1}} == 0.0 else ((np.floor({_QUOTIENT}) +
 mod = _row("mod", 2, np.remainder, _REMAINDER,
            (lambda a, b, o: 1.0, lambda a, b, o: -floor_divide(a, b)), ufunc=np.remainder,
            to_sympy=lambda a, b: a - b * sympy.floor(a / b), branch=np.floor_divide,
-           **_infix(" % ", MUL - 1, MUL, MUL + 1, r" \bmod "))
+           **_infix(" % ", MUL - 1, MUL, MUL + 1, r" \;\mathrm{mod}\; "))
 floor_divide = _row("floor_divide", 2, np.floor_divide, _FLOOR_DIVIDE, (None, None),
                     ufunc=np.floor_divide, to_sympy=lambda a, b: sympy.floor(a / b), branch=np.floor_divide,
-                    **_infix(" // ", MUL - 1, MUL, MUL + 1, r" \mathbin{//} "))
+                    **_infix(" // ", MUL - 1, MUL, MUL + 1, r" \;//\; "))
+
+
 def _max(a: Any, b: Any) -> Any:
     """NumPy's maximum, with IEEE 754-2019's order of zeros (-0 < +0): the same for either argument
     order, as a commutative op must be (NumPy returns whichever zero comes second)."""
@@ -217,48 +219,48 @@ def _min(a: Any, b: Any) -> Any:
 
 
 abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
-           aliases=("__abs__",), to_sympy=sympy.Abs, branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
+           aliases=("__abs__",), to_sympy="Abs", branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
 sign = _row("sign", 1, lambda a: np.sign(a) + 0.0, "(np.sign({0}) + 0.0)", (None,), ufunc=np.sign,
-            to_sympy=sympy.sign, branch=np.sign)
+            to_sympy="sign", branch=np.sign)
 floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, aliases=("__floor__",),
-             to_sympy=sympy.floor, branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
+             to_sympy="floor", branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
-            to_sympy=sympy.ceiling, branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"))
+            to_sympy="ceiling", branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"))
 minimum = _row("minimum", 2, _min, "(-(-{0} - {1}) if {0} == 0.0 and {1} == 0.0 else np.minimum({0}, {1}))",
                (lambda a, b, o: 0.5 - 0.5 * sign(a - b), lambda a, b, o: 0.5 + 0.5 * sign(a - b)),
-               commutative=True, ufunc=np.minimum, to_sympy=sympy.Min,
+               commutative=True, ufunc=np.minimum, to_sympy="Min",
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2))
 maximum = _row("maximum", 2, _max, "({0} + {1} if {0} == 0.0 and {1} == 0.0 else np.maximum({0}, {1}))",
                (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
-               commutative=True, ufunc=np.maximum, to_sympy=sympy.Max,
+               commutative=True, ufunc=np.maximum, to_sympy="Max",
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2))
 relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0) + 0.0)",
             (lambda a, o: gt(a, 0.0),), to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
 lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), ufunc=np.less,
-          to_sympy=_sympy_cmp(sympy.Lt),
+          to_sympy=_sympy_cmp("Lt"),
           branch=_cmp(np.less), **_infix(" < ", CMP, CMP + 1, CMP + 1))
 le = _row("le", 2, _cmp(np.less_equal), "(1.0 if {0} <= {1} else 0.0)", (None, None), ufunc=np.less_equal,
-          to_sympy=_sympy_cmp(sympy.Le),
+          to_sympy=_sympy_cmp("Le"),
           branch=_cmp(np.less_equal), **_infix(" <= ", CMP, CMP + 1, CMP + 1, r" \leq "))
 gt = _row("gt", 2, _cmp(np.greater), "(1.0 if {0} > {1} else 0.0)", (None, None), ufunc=np.greater,
-          to_sympy=_sympy_cmp(sympy.Gt),
+          to_sympy=_sympy_cmp("Gt"),
           branch=_cmp(np.greater), **_infix(" > ", CMP, CMP + 1, CMP + 1))
 ge = _row("ge", 2, _cmp(np.greater_equal), "(1.0 if {0} >= {1} else 0.0)", (None, None), ufunc=np.greater_equal,
-          to_sympy=_sympy_cmp(sympy.Ge), branch=_cmp(np.greater_equal),
+          to_sympy=_sympy_cmp("Ge"), branch=_cmp(np.greater_equal),
           **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "))
 eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None), ufunc=np.equal,
-          commutative=True, to_sympy=_sympy_cmp(sympy.Eq), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0",
+          commutative=True, to_sympy=_sympy_cmp("Eq"), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0",
           **_infix(" == ", CMP, CMP + 1, CMP + 1, " = "))
 ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), ufunc=np.not_equal,
-          commutative=True, to_sympy=_sympy_cmp(sympy.Ne), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0",
+          commutative=True, to_sympy=_sympy_cmp("Ne"), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0",
           **_infix(" != ", CMP, CMP + 1, CMP + 1, r" \neq "))
 where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
              (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
              to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
              branch=lambda c, a, b: c != 0)
-stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy=_SympyStopGradient)
+stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy="StopGradient")
 # fmt: on
 
 # Late import: rows are callable (they build nodes), and build needs the rows.

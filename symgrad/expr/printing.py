@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from symgrad.expr.node import Expr
-from symgrad.expr.ops import ATOM, NEG, call_template
+from symgrad.expr.ops import ATOM, MUL, NEG, POW, call_template
 from symgrad.expr.traverse import as_expr_list, topo_order
 
 INLINE_LIMIT = 256  # tree size up to which str() repeats shared subexpressions
@@ -37,9 +37,15 @@ _GREEK = set("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu
              "tau upsilon phi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega".split())
 
 
+# Inside \text{}: TeX's special characters escaped as text-mode commands.
+_TEX_SPECIAL = {c: "\\" + c for c in "#$%&_{}"} | {"\\": r"\textbackslash{}", "^": r"\^{}", "~": r"\~{}"}
+
+
 def _latex_name(name: str) -> str:
-    m = re.fullmatch(r"([A-Za-z]+)_?\[?(\d+)\]?", name) or re.fullmatch(r"([A-Za-z]+)_(\w+)", name)
-    base, sub = (m.group(1), m.group(2)) if m else (name, "")
+    m = re.fullmatch(r"([A-Za-z]+)(?:_?\[?(\d+)\]?|_([A-Za-z0-9]+))?", name)
+    if m is None:  # any other name (p['W'][0, 1], x#3): as text, TeX's special characters escaped
+        return rf"\text{{{''.join(_TEX_SPECIAL.get(c, c) for c in name)}}}"
+    base, sub = m.group(1), m.group(2) or m.group(3)
     base = "\\" + base if base in _GREEK else (base if len(base) == 1 else rf"\mathrm{{{base}}}")
     return f"{base}_{{{sub}}}" if sub else base
 
@@ -48,7 +54,8 @@ def _leaf(node: Expr, latex: bool) -> tuple[str, int]:
     if node.op.name == "var":
         return (_latex_name(node.payload) if latex else node.payload), ATOM
     v = node.payload
-    return _number(v, latex), NEG if math.copysign(1, v) < 0 else ATOM
+    text = _number(v, latex)
+    return text, NEG if math.copysign(1, v) < 0 else MUL if r"\cdot" in text else ATOM
 
 
 def _template(node: Expr, latex: bool) -> tuple[tuple, int]:
@@ -57,6 +64,8 @@ def _template(node: Expr, latex: bool) -> tuple[tuple, int]:
     if tpl is None:
         tpl = call_template(rf"\operatorname{{{op.name}}}\left(", op.arity, r"\right)") if latex else \
             call_template(op.name + "(", op.arity, ")")
+    if latex and any(isinstance(p, str) and "^{" in p for p in tpl):
+        return tpl, min(op.prec, POW)  # a superscript (e^{x}) as a power's base needs parentheses
     return tpl, op.prec
 
 
@@ -128,12 +137,14 @@ def _let_form(labels: list[str], roots: list[Expr], latex: bool, inline: bool) -
     if inline:
         named: list[Expr] = []
     else:
-        named = [n for n in _shared(roots, order) if n not in set(roots) or len(roots) > 1]
+        root_set = set(roots)
+        named = [n for n in _shared(roots, order) if n not in root_set or len(roots) > 1]
     prefix = _fresh_prefix(order)
     names = {n: (f"{prefix}_{{{i}}}" if latex else f"{prefix}{i}") for i, n in enumerate(named, 1)}
     eq = " = "
     lines = [f"{names[n]}{eq}{_emit(n, names, latex)}" for n in named]
     for label, r in zip(labels, roots):
+        label = _latex_name(label) if latex and label else label
         body = names.get(r) or _emit(r, names, latex)
         lines.append(f"{label}{eq}{body}" if label else body)
     return (r" \\" + "\n").join(lines) if latex else "\n".join(lines)
@@ -189,4 +200,12 @@ def latex(exprs: Any) -> str:
     return _let_form(labels, roots, True, inline=small)
 
 
+def _repr_latex_(self: Expr) -> str:
+    """Jupyter shows expressions as typeset math (the let-form as aligned lines)."""
+    text = latex(self)
+    if "\n" not in text:
+        return f"${text}$"
+    return r"$\begin{aligned}" + text.replace(" = ", " &= ") + r"\end{aligned}$"
 
+
+Expr._repr_latex_ = _repr_latex_

@@ -42,7 +42,7 @@ def to_sympy(exprs: Any) -> Any:
         elif node.op.name == "const":
             done[node] = _sympy_const(node.payload)
         else:
-            done[node] = node.op.to_sympy(*(done[a] for a in node.args))
+            done[node] = _sympy_function(node.op)(*(done[a] for a in node.args))
     return _like(exprs, [done[r] for r in roots])
 
 
@@ -61,6 +61,23 @@ def _pow(base: Expr, ex: Expr) -> Expr:
     if ex is const(-1.0):
         return 1.0 / base
     return base**ex
+
+
+class StopGradient(sympy.Function):
+    """stop_gradient inside SymPy: the identity, with derivative 0."""
+
+    def fdiff(self, argindex=1):
+        return sympy.S.Zero
+
+    def _eval_evalf(self, prec):
+        return self.args[0].evalf(prec)
+
+
+def _sympy_function(op: ops.Op) -> Any:
+    """What an op becomes in SymPy: its row names a SymPy function (or StopGradient), or builds the expression."""
+    if isinstance(op.to_sympy, str):
+        return StopGradient if op.to_sympy == "StopGradient" else getattr(sympy, op.to_sympy)
+    return op.to_sympy
 
 
 def _piecewise(*pairs: tuple) -> Expr:
@@ -95,15 +112,9 @@ _FROM: dict[type, Any] = {
     sympy.GreaterThan: ops.ge,
     sympy.Equality: ops.eq,
     sympy.Unequality: ops.ne,
-    ops._SympyStopGradient: ops.stop_gradient,
     sympy.re: lambda a: a,  # symgrad values are real
     sympy.im: lambda a: const(0.0),
-    **{
-        f: op
-        for op in ops.OPS.values()
-        for f in [op.to_sympy]
-        if isinstance(f, type) and issubclass(f, sympy.Function)
-    },
+    **{_sympy_function(op): op for op in ops.OPS.values() if isinstance(op.to_sympy, str)},
 }
 
 
