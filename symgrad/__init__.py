@@ -6,11 +6,11 @@
 [y + cos(x), x]
 """
 
-from symgrad.callmodule import CallableModule as _CallableModule
-from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from types import ModuleType as _ModuleType
 
 from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad.callmodule import CallableModule as _CallableModule
+from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from symgrad.compile.function import Compiled
 from symgrad.compile.lower import Program
 from symgrad.expr.arrays import SymArray
