@@ -81,7 +81,8 @@ def row(problem: str, tool: str, metric: str, seconds: float | None, base: float
     if seconds is None:
         ROWS.append((problem, tool, metric, "-", ""))
         return
-    value = f"{seconds * 1e6:.2f} us" if unit == "us" else f"{seconds:.3f} s" if unit == "s" else unit
+    value = f"{seconds * 1e6:.2f} us" if unit == "us" else f"{seconds:.3f} s" if unit == "s" else \
+        f"{seconds:,.1f} {unit}"
     ratio = f"{seconds / base:.2f}x" if base else ""
     ROWS.append((problem, tool, metric, value, ratio))
 
@@ -380,6 +381,56 @@ def disk_cache() -> None:
     ROWS[-1] = ROWS[-1][:4] + (f"{compiled / loaded:.1f}x faster",)
 
 
+BOUNDED_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+import symgrad as sg
+from symgrad.compile import cache
+
+def rss():  # resident set size now, MB
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+x, y = sg.symbols("x y")
+marks, start = {}, time.perf_counter()
+marks[0] = rss()
+for k in range(int(sys.argv[1])):
+    f = sg.value_and_grad(x * y + sg.sin(x) * (k + 0.5), [x, y])  # distinct formulas, "auto" backend
+    f([1.0, 2.0])
+    if k + 1 == cache.max_programs() or k + 1 == int(sys.argv[1]):
+        marks[k + 1] = rss()
+folder = cache.cache_dir()
+disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+print(json.dumps(dict(marks=marks, seconds=time.perf_counter() - start, disk=disk, cap=cache.max_programs())))
+"""
+
+
+def bounded() -> None:
+    """Memory and disk after 10**4 distinct formulas in one process (Numba never frees machine code)."""
+    import json
+
+    n, name = 10_000, "10**4 distinct formulas in one process"
+    env = dict(os.environ, SYMGRAD_CACHE_DIR=tempfile.mkdtemp(prefix="symgrad-bench-"), SYMGRAD_CACHE_SIZE="2M")
+    out = json.loads(subprocess.run([sys.executable, "-c", BOUNDED_SCRIPT, str(n)], capture_output=True,
+                                    text=True, check=True, env=env).stdout)
+    marks, cap = {int(k): v for k, v in out["marks"].items()}, out["cap"]
+    per_program = (marks[cap] - marks[0]) / cap
+    row(name, f"Numba machine code per program (first {cap})", "RSS growth", per_program, None, "MB")
+    row(name, "unbounded (every program on Numba), extrapolated", "RSS", marks[0] + n * per_program, None, "MB")
+    row(name, f"symgrad: {cap} on Numba, the rest on the VM", "RSS", marks[n], None, "MB")
+    ROWS[-1] = ROWS[-1][:4] + (f"{(marks[0] + n * per_program) / marks[n]:.0f}x less",)
+    row(name, f"the {n - cap} programs on the VM", "RSS growth", marks[n] - marks[cap], None, "MB")
+    row(name, "disk cache with SYMGRAD_CACHE_SIZE=2M", "size", out["disk"] / 2**20, None, "MB")
+    row(name, "all of it", "total", out["seconds"], None, "s")
+
+
+def import_time() -> None:
+    script = "import time; t = time.perf_counter(); import symgrad; print(time.perf_counter() - t)"
+    best = min(float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                    check=True).stdout) for _ in range(3))
+    row("import symgrad (SymPy loaded on first use)", "symgrad", "import", best, None, "s")
+
+
 def threshold() -> None:
     """Around the auto threshold: Numba's compile against the VM's slower calls."""
     for n in (5, 15, 40):
@@ -419,7 +470,8 @@ def write(path: Path) -> str:
 
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
-    for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian):
+    for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian, bounded,
+                 import_time):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)
