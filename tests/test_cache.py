@@ -110,7 +110,8 @@ def _plant(root: Path, names: list[str], canary: Path) -> None:
             path.write_text(CANARY_CODE.format(path=str(canary)) + "\n")
 
 
-def test_a_planted_pyc_never_runs(tmp_path):
+@pytest.mark.parametrize("kind", ["planted", "corrupt"])
+def test_a_planted_or_corrupt_pyc_never_runs(tmp_path, kind):
     """A .pyc carrying the generated module's mtime and size: the module is never imported."""
     run(tmp_path, "numba", salt=3.0)
     (module,) = tmp_path.glob("*/k*.py")
@@ -120,7 +121,8 @@ def test_a_planted_pyc_never_runs(tmp_path):
     pyc = importlib.util.cache_from_source(str(module))
     Path(pyc).parent.mkdir(exist_ok=True)
     from importlib._bootstrap_external import _code_to_timestamp_pyc
-    Path(pyc).write_bytes(_code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))
+    data = _code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size)
+    Path(pyc).write_bytes(data if kind == "planted" else data[:16] + b"\0garbage")
     again = run(tmp_path, "numba", salt=3.0)
     assert not canary.exists()
     assert again["value"] == pytest.approx(9.909297426825682, rel=1e-15) and again["hits"] == 1

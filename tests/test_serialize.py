@@ -1,5 +1,6 @@
 """Pickling (expressions, compiled and traced functions, across processes) and sg.dumps / sg.loads."""
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -146,3 +147,20 @@ def test_compiled_and_traced_functions_work_in_worker_processes():
         assert value == pytest.approx(p[0] ** 2 * p[1]) and g == pytest.approx([2 * p[0] * p[1], p[0] ** 2])
     for p, g in zip(points, got[2:]):
         np.testing.assert_allclose(g, traced(p), rtol=1e-15)
+
+
+def test_a_pickled_program_is_checked_and_rekeyed():
+    from symgrad.compile.lower import OPS_ID, lower
+
+    program = lower([x * y + sg.sin(x)], [x, y])
+    data = pickle.dumps(program)
+    with pytest.raises(ValueError, match="op table .* compile it again here"):
+        pickle.loads(data.replace(OPS_ID.encode(), b"0" * len(OPS_ID)))  # another symgrad's op table
+    forged = pickle.dumps(dataclasses.replace(program, key='x"""\nimport os'))
+    assert pickle.loads(forged).key == program.key  # the key names generated code: never trusted
+    bad = dataclasses.replace(program, code=program.code.copy())
+    bad.code[0, 2] = 10**6  # an input index out of range would read past the VM's arrays
+    with pytest.raises(ValueError, match="malformed"):
+        pickle.loads(pickle.dumps(bad))
+    vg = pickle.loads(pickle.dumps(sg.value_and_grad(x * y + sg.sin(x), [x, y], backend="vm")))
+    assert vg([2.0, 3.0])[0] == pytest.approx(6 + math.sin(2.0), rel=1e-15)
