@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from symgrad.callmodule import make_callable
-from symgrad.expr.build import FUNCS, Var, const
+from symgrad.expr.build import FUNCS, Var, apply, const
 from symgrad.expr.node import Expr
-from symgrad.expr.ops import OPS
+from symgrad.expr.ops import OPS, Op
 
 _CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 _TOKENS = re.compile(r"""
@@ -29,15 +29,15 @@ _TOKENS = re.compile(r"""
   | (?P<name>[^\W\d]\w*)
   | (?P<op>\*\*|//|<=|>=|==|!=|[-+*/%<>(),^])
 """, re.VERBOSE)
-# Binary operators: (precedence, right-associative, function). Unary minus/plus bind at 4.
-_BINARY: dict[str, tuple[int, bool, Callable]] = {
-    **{c: (1, False, FUNCS[n]) for c, n in (("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"),
-                                            ("==", "eq"), ("!=", "ne"))},
-    "+": (2, False, FUNCS["add"]), "-": (2, False, FUNCS["sub"]),
-    "*": (3, False, FUNCS["mul"]), "/": (3, False, FUNCS["div"]), "//": (3, False, FUNCS["floor_divide"]),
-    "%": (3, False, FUNCS["mod"]), "**": (5, True, FUNCS["pow"]),
+# Binary operators: (precedence, right-associative, op). Unary minus/plus bind at 4.
+_BINARY: dict[str, tuple[int, bool, Op]] = {
+    **{c: (1, False, OPS[n]) for c, n in (("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"),
+                                          ("==", "eq"), ("!=", "ne"))},
+    "+": (2, False, OPS["add"]), "-": (2, False, OPS["sub"]),
+    "*": (3, False, OPS["mul"]), "/": (3, False, OPS["div"]), "//": (3, False, OPS["floor_divide"]),
+    "%": (3, False, OPS["mod"]), "**": (5, True, OPS["pow"]),
 }
-_UNARY = {"-": FUNCS["neg"], "+": lambda a: a}
+_NEG = OPS["neg"]
 _UNARY_PRECEDENCE = 4
 QUOTED = 80  # characters of the input an error message quotes
 
@@ -132,7 +132,7 @@ def parse(text: str) -> Expr:
             elif tok == "(":
                 frames.append(_Frame(None, col))
                 continue
-            elif tok in _UNARY:
+            elif tok in ("-", "+"):
                 frame.ops.append(("u" + tok, col))
                 continue
             elif tok == ")" and frame.func is not None and not frame.args and not frame.ops:
@@ -195,11 +195,11 @@ def _reduce(text: str, frame: _Frame, values: list, prec: int, right: bool) -> N
         if top < prec or top == prec and right:
             return
         frame.ops.pop()
-        if op[0] == "u":
-            values.append(_UNARY[op[1]](values.pop()))
-        else:
+        if op == "u-":
+            values.append(apply(_NEG, (values.pop(),)))
+        elif op[0] != "u":  # unary plus changes nothing
             b, a = values.pop(), values.pop()
-            values.append(_BINARY[op][2](a, b))
+            values.append(apply(_BINARY[op][2], (a, b)))
 
 
 def _close(text: str, frames: list[_Frame], values: list, col: int, empty: bool = False) -> None:
@@ -215,7 +215,7 @@ def _close(text: str, frames: list[_Frame], values: list, col: int, empty: bool 
     if len(frame.args) != arity:
         raise _error(text, f"{frame.func} takes {arity} argument{'s' * (arity > 1)}, got {len(frame.args)}",
                      frame.column)
-    values.append(FUNCS[frame.func](*frame.args))
+    values.append(apply(OPS[frame.func], tuple(frame.args)))
 
 
 make_callable(__name__, parse)  # sg.parse(text), and symgrad.parse.ParseError: see symgrad/callmodule.py

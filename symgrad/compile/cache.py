@@ -130,6 +130,10 @@ def cache_dir() -> Path | None:
         return _STATE.folder
 
 
+_HINT = (" (a cache directory must be yours alone: delete it, or chmod 700 it if you trust its contents; "
+         "see docs/security.md)")
+
+
 def _checked_folder() -> Path | None:
     reasons = []
     for root in _candidates():
@@ -137,10 +141,10 @@ def _checked_folder() -> Path | None:
         why = next(filter(None, (refused(p) for p in (root, folder, folder / "__pycache__"))), None)
         if why is None:
             if reasons:
-                warn_once("dir", f"not using the cache directory {reasons[0]}; using {root} instead")
+                warn_once("dir", f"not using the cache directory {reasons[0]}; using {root} instead{_HINT}")
             return folder
         reasons.append(f"{str(root)[:200]!r}: {why}")
-    warn_once("dir", f"no usable cache directory ({'; '.join(reasons)}); compiling in memory")
+    warn_once("dir", f"no usable cache directory ({'; '.join(reasons)}); compiling in memory{_HINT}")
     return None
 
 
