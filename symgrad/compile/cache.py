@@ -138,12 +138,12 @@ def _checked_folder() -> Path | None:
     reasons = []
     for root in _candidates():
         folder = root / f"numba-{numba.__version__}"
-        why = next(filter(None, (refused(p) for p in (root, folder, folder / "__pycache__"))), None)
+        why = next(((p, r) for p in (root, folder, folder / "__pycache__") if (r := refused(p))), None)
         if why is None:
             if reasons:
                 warn_once("dir", f"not using the cache directory {reasons[0]}; using {root} instead{_HINT}")
             return folder
-        reasons.append(f"{str(root)[:200]!r}: {why}")
+        reasons.append(f"{str(why[0])[:200]!r}: {why[1]}")
     warn_once("dir", f"no usable cache directory ({'; '.join(reasons)}); compiling in memory{_HINT}")
     return None
 
