@@ -21,11 +21,11 @@ from symgrad.compile import cache
 SCRIPT = """
 import json, sys
 import symgrad as sg
-from symgrad.compile import function
+from symgrad.compile import backends
 x, y = sg.symbols("x y")
 vg = sg.value_and_grad(x * y + sg.sin(x) + {salt}, [x, y], backend=sys.argv[1])
 value, g = vg([2.0, 3.0])
-kernel = vg._kernels("point") if vg.backend == "numba" else function._vm_variant("point")
+kernel = vg._kernels("point") if vg.backend == "numba" else backends.vm_variant("point")
 stats = kernel.stats
 print(json.dumps(dict(value=value, grad=list(g), hits=sum(stats.cache_hits.values()),
                       misses=sum(stats.cache_misses.values()))))
@@ -215,10 +215,10 @@ def test_a_failing_disk_compiles_in_memory(fresh, monkeypatch, failure):
         monkeypatch.setattr(cache, "_write_atomic", refuse)
     elif failure == "module path is a directory":
         x, y = sg.symbols("x y")
-        from symgrad.compile.function import _module_name
+        from symgrad.compile.backends import module_name
         from symgrad.compile.lower import lower
         offset = 1000.0 * (next(_FRESH) + 1)  # the program the next _compiled_value builds
-        (folder / f"{_module_name(lower(x * y + (value + offset), [x, y]))}.py").mkdir()
+        (folder / f"{module_name(lower(x * y + (value + offset), [x, y]))}.py").mkdir()
     else:
         def full(self, name, data):
             raise OSError(errno.ENOSPC, "No space left on device")

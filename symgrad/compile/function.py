@@ -9,24 +9,21 @@ them (lists, integers, strided arrays) or raises an error naming the culprit.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba
 import numpy as np
-from numba import types
 
-from symgrad.compile import cache, numba_backend, vm
+from symgrad.compile.backends import REGISTRY, Kernels
 from symgrad.compile.lower import Program, lower
 from symgrad.expr.diff import grad
-from symgrad.expr.interp import run
 from symgrad.expr.node import Expr
 from symgrad.expr.sparsity import SparseExprs
-from symgrad.expr.traverse import as_expr_list, topo_order
+from symgrad.expr.traverse import as_expr_list
 
-BACKENDS = ("auto", "numba", "vm", "python")
+BACKENDS = ("auto", *REGISTRY)
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
 # then costs more than the VM's slower run saves for all but very hot loops.
 AUTO_THRESHOLD = 200
@@ -34,9 +31,6 @@ AUTO_THRESHOLD = 200
 _EMPTY = np.empty(0)
 _empty = np.empty
 _ndarray, _F64 = np.ndarray, np.dtype(np.float64)
-_V, _M = types.float64[::1], types.float64[:, ::1]
-_I = types.int64
-SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
 # Rows per thread below which a batch or sum runs on the calling thread alone.
 MIN_ROWS_PER_THREAD = 1024
 _SCALAR, _VALUE_GRAD, _ARRAY = range(3)
@@ -56,17 +50,17 @@ class Compiled:
     6.909297426825682
     """
 
-    def __init__(self, program: Program, backend: str, kernels: Any, shape: tuple, source: Any,
-                 pattern: tuple | None = None, roots: list[Expr] | None = None) -> None:
-        self.program, self.backend, self.shape = program, backend, shape
-        self._kernels, self._source = kernels, source
+    def __init__(self, program: Program, kernels: Kernels, shape: tuple, pattern: tuple | None = None,
+                 roots: list[Expr] | None = None) -> None:
+        self.program, self.backend, self.shape = program, kernels.backend, shape
+        self._kernels, self._source = kernels.kernel, kernels.source
         # A sparse matrix (indices, indptr, shape): the kernels compute its data, in CSR order.
         self._pattern = pattern
         self._roots = roots  # the interpreter backend evaluates the expressions themselves
         self._flat = pattern is None and len(shape) == 1  # array results returned as computed
         self._kind = _ARRAY if not program.returns_value else _SCALAR if shape == () else _VALUE_GRAD
         self._n_out = program.n_out
-        self._point = kernels("point")
+        self._point = self._kernels("point")
 
     @property
     def source(self) -> str:
@@ -294,68 +288,6 @@ def _brief(value: Any) -> str:
     return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
 
 
-# ---- backends: each gives (variant name -> kernel, the source or a function making it) ----
-# Kernels: point(x, p, out) -> value; batch(X, P, V, OUT, lo, hi); total(x, P, acc, lo, hi).
-
-def _module_name(program: Program) -> str:
-    return f"k{numba_backend.GENERATOR_VERSION}_{program.key}"
-
-
-def _numba_kernels(program: Program) -> tuple[Any, Any]:
-    text = numba_backend.source(program)
-    module = cache.load(_module_name(program), text)
-    return functools.lru_cache(None)(lambda variant: cache.typed(module, variant, SIGNATURES[variant])), text
-
-
-@functools.lru_cache(None)
-def _vm_variant(variant: str) -> Any:
-    text = vm.source()
-    module = cache.load(f"vm_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
-    code, dims = types.int32[:, ::1], types.int64[::1]
-    return cache.typed(module, variant, (code, _V, dims, *SIGNATURES[variant]))
-
-
-def _vm_kernels(program: Program) -> tuple[Any, Any]:
-    dims = np.array([program.n_slots, len(program.inputs), len(program.params), program.n_out,
-                     int(program.returns_value)], dtype=np.int64)
-    bind = lambda name: functools.partial(_vm_variant(name), program.code, program.consts, dims)
-    return functools.lru_cache(None)(bind), program.__str__
-
-
-def _python_kernels(program: Program, roots: list[Expr]) -> tuple[Any, Any]:
-    """The reference interpreter behind the same kernel interface (for checking)."""
-    order = topo_order(roots)
-
-    def evaluate(x_cols: list, p_cols: list) -> list:
-        values = dict(zip(program.inputs, x_cols)) | dict(zip(program.params, p_cols))
-        got = run(order, values, set(roots))
-        return [got[r] for r in roots]
-
-    def point(x, p, out):
-        if len(x) != len(program.inputs) or len(p) != len(program.params) or len(out) != program.n_out:
-            raise ValueError("symgrad: wrong shape")
-        vals = evaluate(list(x), list(p))
-        out[:] = vals[program.returns_value:]
-        return float(vals[0]) if program.returns_value else 0.0
-
-    def rows(vals: list, n: int) -> np.ndarray:  # one column per output, constants broadcast
-        return np.array([np.broadcast_to(v, n) for v in vals]).T.reshape(n, len(vals))
-
-    def batch(X, P, V, OUT, lo, hi):
-        Ps = P[lo:hi] if len(P) > 1 else P
-        vals = evaluate(list(X[lo:hi].T), list(np.broadcast_to(Ps, (hi - lo, P.shape[1])).T))
-        got = rows(vals, hi - lo)
-        if program.returns_value:
-            V[lo:hi] = got[:, 0]
-        OUT[lo:hi] = got[:, program.returns_value:]
-
-    def total(x, P, acc, lo, hi):
-        acc[1 - program.returns_value:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
-
-    kernels = dict(point=point, batch=batch, total=total)
-    return kernels.__getitem__, program.__str__
-
-
 def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,
           returns_value: bool, pattern: tuple | None = None) -> Compiled:
     if backend not in BACKENDS:
@@ -363,23 +295,14 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
-    return _from_program(program, backend, shape, pattern, roots if backend == "python" else None)
+    return _from_program(program, backend, shape, pattern, roots if REGISTRY[backend].needs_roots else None)
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
                   roots: list[Expr] | None) -> Compiled:
     """The Compiled for a lowered program (also how a pickled one comes back: disk cache, or a recompile)."""
-    if backend == "numba" and not cache.has_room(_module_name(program)):
-        cache.warn_once("programs", f"{cache.max_programs()} programs are compiled with Numba in this process "
-                        "(its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new ones run on the VM")
-        backend = "vm"
-    if backend == "numba":
-        kernels, text = _numba_kernels(program)
-    elif backend == "vm":
-        kernels, text = _vm_kernels(program)
-    else:
-        kernels, text = _python_kernels(program, roots)
-    return Compiled(program, backend, kernels, shape, text, pattern, roots)
+    kernels = REGISTRY[backend].make(program, roots)
+    return Compiled(program, kernels, shape, pattern, roots)
 
 
 def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") -> Compiled:

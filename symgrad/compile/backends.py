@@ -1,0 +1,139 @@
+"""The backends: each turns a Program into :class:`Kernels`, registered by name.
+
+Every backend gives the same three kernels: ``point(x, p, out) -> value``,
+``batch(X, P, V, OUT, lo, hi)`` (rows ``lo:hi``) and ``total(x, P, acc, lo, hi)`` (the sum over
+rows ``lo:hi`` of ``P``), plus the source it runs. ``Compiled`` calls them and never asks which
+backend made them, so a new backend (loops, LLVM) is one :func:`register` call, not a branch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from symgrad.compile import cache, numba_backend, vm
+from symgrad.compile.lower import Program
+from symgrad.expr.interp import run
+from symgrad.expr.node import Expr
+from symgrad.expr.traverse import topo_order
+
+_V, _M = types.float64[::1], types.float64[:, ::1]
+_I = types.int64
+SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """A backend's product: ``kernel(variant)`` for variant in point / batch / total, made on first
+    use; ``source``, the code it runs (or a function making it); ``backend``, the name that runs it."""
+
+    backend: str
+    kernel: Callable[[str], Callable]
+    source: str | Callable[[], str]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How to make Kernels for a Program (``needs_roots``: the expressions too, for the interpreter)."""
+
+    name: str
+    make: Callable[[Program, list[Expr] | None], Kernels]
+    needs_roots: bool = False
+
+
+REGISTRY: dict[str, Backend] = {}
+
+
+def register(name: str, needs_roots: bool = False) -> Callable:
+    """Register ``make(program, roots) -> Kernels`` as the backend ``name``.
+
+    >>> sorted(REGISTRY)
+    ['numba', 'python', 'vm']
+    """
+    def add(make: Callable) -> Callable:
+        REGISTRY[name] = Backend(name, make, needs_roots)
+        return make
+    return add
+
+
+def module_name(program: Program) -> str:
+    """The name of the generated Numba module for ``program`` (it changes with the generator).
+
+    >>> import symgrad as sg
+    >>> from symgrad.compile.lower import lower
+    >>> module_name(lower(sg.Var("x") * 2.0, [sg.Var("x")])).startswith(f"k{numba_backend.GENERATOR_VERSION}_")
+    True
+    """
+    return f"k{numba_backend.GENERATOR_VERSION}_{program.key}"
+
+
+@register("numba")
+def numba_kernels(program: Program, roots: list[Expr] | None = None) -> Kernels:
+    """Straight-line Numba kernels for ``program`` (the VM's past ``$SYMGRAD_MAX_PROGRAMS``)."""
+    name = module_name(program)
+    if not cache.has_room(name):
+        cache.warn_once("programs", f"{cache.max_programs()} programs are compiled with Numba in this process "
+                        "(its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new ones run on the VM")
+        return vm_kernels(program)
+    text = numba_backend.source(program)
+    module = cache.load(name, text)
+    return Kernels("numba", functools.lru_cache(None)(
+        lambda variant: cache.typed(module, variant, SIGNATURES[variant])), text)
+
+
+@functools.lru_cache(None)
+def vm_variant(variant: str) -> Any:
+    """The VM's kernel ``variant``, compiled once per machine (then loaded from the disk cache)."""
+    text = vm.source()
+    module = cache.load(f"vm_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
+    code, dims = types.int32[:, ::1], types.int64[::1]
+    return cache.typed(module, variant, (code, _V, dims, *SIGNATURES[variant]))
+
+
+@register("vm")
+def vm_kernels(program: Program, roots: list[Expr] | None = None) -> Kernels:
+    """The VM's kernels bound to ``program``'s arrays: nothing is compiled per program."""
+    dims = np.array([program.n_slots, len(program.inputs), len(program.params), program.n_out,
+                     int(program.returns_value)], dtype=np.int64)
+    bind = lambda name: functools.partial(vm_variant(name), program.code, program.consts, dims)
+    return Kernels("vm", functools.lru_cache(None)(bind), program.__str__)
+
+
+@register("python", needs_roots=True)
+def python_kernels(program: Program, roots: list[Expr] | None) -> Kernels:
+    """The reference interpreter behind the same kernel interface (for checking)."""
+    order = topo_order(roots)
+
+    def evaluate(x_cols: list, p_cols: list) -> list:
+        values = dict(zip(program.inputs, x_cols)) | dict(zip(program.params, p_cols))
+        got = run(order, values, set(roots))
+        return [got[r] for r in roots]
+
+    def point(x, p, out):
+        if len(x) != len(program.inputs) or len(p) != len(program.params) or len(out) != program.n_out:
+            raise ValueError("symgrad: wrong shape")
+        vals = evaluate(list(x), list(p))
+        out[:] = vals[program.returns_value:]
+        return float(vals[0]) if program.returns_value else 0.0
+
+    def rows(vals: list, n: int) -> np.ndarray:  # one column per output, constants broadcast
+        return np.array([np.broadcast_to(v, n) for v in vals]).T.reshape(n, len(vals))
+
+    def batch(X, P, V, OUT, lo, hi):
+        Ps = P[lo:hi] if len(P) > 1 else P
+        vals = evaluate(list(X[lo:hi].T), list(np.broadcast_to(Ps, (hi - lo, P.shape[1])).T))
+        got = rows(vals, hi - lo)
+        if program.returns_value:
+            V[lo:hi] = got[:, 0]
+        OUT[lo:hi] = got[:, program.returns_value:]
+
+    def total(x, P, acc, lo, hi):
+        acc[1 - program.returns_value:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
+
+    return Kernels("python", dict(point=point, batch=batch, total=total).__getitem__, program.__str__)
