@@ -13,11 +13,11 @@ from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from symgrad.compile.function import Compiled
 from symgrad.compile.lower import Program
-from symgrad.expr.arrays import SymArray
-from symgrad.expr.build import FUNCS as _FUNCS
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff
 from symgrad.expr.dot import to_dot
+from symgrad.expr.functions import FUNCS as _FUNCS
+from symgrad.expr.functions import SymArray
 from symgrad.expr.interp import evaluate
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from symgrad.callmodule import make_callable
-from symgrad.expr.build import FUNCS, Var, apply, const
+from symgrad.expr.build import Var, apply, const
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS, Op
 
@@ -39,6 +39,7 @@ _BINARY: dict[str, tuple[int, bool, Op]] = {
 }
 _NEG = OPS["neg"]
 _UNARY_PRECEDENCE = 4
+_FUNCTIONS = {name for name, op in OPS.items() if op.arity > 0}  # what a formula can call
 QUOTED = 80  # characters of the input an error message quotes
 
 
@@ -121,7 +122,7 @@ def parse(text: str) -> Expr:
             elif kind == "name":
                 kind2, tok2, col2 = next(tokens)
                 if tok2 == "(":
-                    if tok not in FUNCS:
+                    if tok not in _FUNCTIONS:
                         raise _error(text, f"unknown function {tok!r}", col)
                     frames.append(_Frame(tok, col))
                     continue
@@ -180,7 +181,7 @@ def _got(kind: str, tok: str) -> str:
 
 
 def _name(text: str, name: str, col: int) -> Expr:
-    if name in FUNCS:
+    if name in _FUNCTIONS:
         raise _error(text, f"{name} is a function: call it, as in {name}(x)", col)
     if name in _CONSTANTS:
         return const(_CONSTANTS[name])

@@ -3,7 +3,7 @@
 ``sg.jit``, ``sg.grad``, ``sg.value_and_grad``, ``sg.jacobian``, ``sg.hessian`` and
 ``sg.hvp`` return a :class:`Function`; ``sg.jvp`` and ``sg.vjp`` apply at once. The first
 call with given argument shapes calls ``fn`` once on symbolic arguments (an expression for
-each float, a :class:`~symgrad.expr.arrays.SymArray` of variables for each array, leaf by
+each float, a :class:`~symgrad.expr.functions.SymArray` of variables for each array, leaf by
 leaf through tuples, lists and dicts: JAX's pytrees), differentiates what ``fn`` returns
 and compiles the result; later calls with those shapes go straight to the compiled kernel.
 
@@ -38,8 +38,8 @@ import numpy as np
 from symgrad import pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
-from symgrad.expr.arrays import SymArray, wrap
 from symgrad.expr.build import Var
+from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian

@@ -1,8 +1,10 @@
 """The package as users import it: names, subpackages that are also functions, lazy SymPy, typing marker."""
 
+import ast
 import importlib.resources
 import subprocess
 import sys
+from pathlib import Path
 
 import symgrad as sg
 
@@ -36,3 +38,40 @@ def test_import_does_not_load_sympy_until_it_is_used():
 
 def test_the_typing_marker_ships():
     assert importlib.resources.files("symgrad").joinpath("py.typed").is_file()
+
+
+def _expr_imports() -> dict[str, set[str]]:
+    """Module -> the symgrad modules it imports (anywhere in the file), for symgrad/expr."""
+    root = Path(sg.__file__).parent / "expr"
+    graph = {}
+    for path in root.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("symgrad"):
+                parts = node.module.split(".")
+                found |= {f"expr.{a.name}" for a in node.names} if node.module == "symgrad.expr" else \
+                    {".".join(parts[1:3])}
+        graph[f"expr.{path.stem}"] = found - {f"expr.{path.stem}"}
+    return graph
+
+
+def test_the_symbolic_layer_imports_form_a_tree_but_for_ops_and_build():
+    """symgrad.expr never imports symgrad.compile, and its modules import each other without cycles,
+    except ops <-> build (op rows build nodes; building reads rows)."""
+    graph = _expr_imports()
+    assert not any(m.startswith("compile") for deps in graph.values() for m in deps)
+    local = {m: {d for d in deps if d in graph} for m, deps in graph.items()}
+
+    def reaches(a: str, b: str) -> bool:
+        seen, stack = set(), [a]
+        while stack:
+            for n in local[stack.pop()]:
+                if n == b:
+                    return True
+                if n not in seen:
+                    seen.add(n)
+                    stack.append(n)
+        return False
+
+    cycles = {tuple(sorted((a, b))) for a in local for b in local[a] if reaches(b, a)}
+    assert cycles == {("expr.build", "expr.ops")}, cycles

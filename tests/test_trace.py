@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.expr.arrays import ELEMENTWISE, SymArray
+from symgrad.expr.arrays import ELEMENTWISE
+from symgrad.expr.functions import SymArray
 
 VM = dict(backend="vm")
 rng = np.random.default_rng(0)

@@ -1,5 +1,7 @@
-"""The symbolic layer: expressions, derivatives, evaluation, printing. Knows nothing of Numba."""
+"""The symbolic layer: expressions, derivatives, evaluation, printing. Knows nothing of Numba.
 
-# node.py and build.py need each other (nodes get their operators from build); loading build first makes
-# every import order work (importing node.py first would run build's table before node is complete).
-from symgrad.expr import build as _build  # noqa: F401
+Imports form a tree except ops <-> build (op rows build nodes; building reads rows); methods.py
+installs Expr's operators, printing, pickling and NumPy hooks once everything they use exists.
+"""
+
+from symgrad.expr import methods as _methods  # noqa: F401

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import linalg
-from symgrad.expr.build import FUNCS, UFUNCS, rint
+from symgrad.expr.functions import FUNCS, UFUNCS, SymArray, rint, wrap
 from symgrad.expr.node import Expr, TracingError
+
+# ---- NumPy's hooks -------------------------------------------------------------------------------
 
 _F = FUNCS
 _INF = float("inf")
@@ -82,13 +84,6 @@ def _plain(inputs: tuple) -> list:
     """Inputs NumPy will not hand back to us: plain object arrays (a lone Expr becomes 0-d)."""
     return [a.view(np.ndarray) if isinstance(a, SymArray) else
             np.asarray(a, dtype=object) if isinstance(a, Expr) else a for a in inputs]
-
-
-def wrap(result: Any) -> Any:
-    """An object array as a :class:`SymArray` (a 0-d one as its element); anything else as is."""
-    if isinstance(result, np.ndarray) and result.dtype == object:
-        return result[()] if result.ndim == 0 else result.view(SymArray)
-    return result
 
 
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
@@ -282,35 +277,3 @@ def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
                            "the array as data (a non-differentiated argument)") from e
 
 
-class SymArray(np.ndarray):
-    """An object array of expressions whose NumPy operations build expressions.
-
-    Tracing passes array arguments as SymArrays; ``sg.vector`` and friends return plain
-    object arrays, which ``wrap`` turns into one.
-
-    >>> import numpy as np, symgrad as sg
-    >>> from symgrad.expr.arrays import wrap
-    >>> x = wrap(sg.vector("x", 2))
-    >>> np.maximum(x, 0.0)
-    SymArray([maximum(0, x[0]), maximum(0, x[1])], dtype=object)
-    >>> np.where(x > 1, x, 0.0).tolist()
-    [where(x[0] > 1, x[0], 0), where(x[1] > 1, x[1], 0)]
-    """
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        return array_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
-        return array_function(func, args, kwargs)
-
-    def astype(self, dtype: Any, *args: Any, **kwargs: Any) -> Any:
-        """To a float dtype: the same expressions (they are floats once evaluated); others raise."""
-        if np.dtype(dtype).kind in "fO":
-            return self.copy()
-        raise TracingError(f"astype({np.dtype(dtype)}) of a symbolic array: only float types are traced; "
-                           "use np.floor / np.rint for integral values")
-
-    @property
-    def imag(self) -> Any:
-        """Zeros: traced values are real."""
-        return wrap(np.zeros(self.shape, dtype=object) + 0.0)

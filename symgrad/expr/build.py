@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ops, printing
+from symgrad.expr import ops
 from symgrad.expr.node import Expr, intern
 
 _VAR, _CONST = ops.OPS["var"], ops.OPS["const"]
@@ -132,14 +132,6 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
     return intern(op, args)
 
 
-_RANK = {"const": 0, "var": 1, "mul": 2, "div": 2, "pow": 2, "neg": 2, "add": 4, "sub": 4}
-
-
-def order_key(op: ops.Op, payload: Any, shash: int) -> tuple:
-    """Canonical order of commutative arguments: stable across processes and readable."""
-    return (_RANK.get(op.name, 3), payload if op is _VAR else "", shash)
-
-
 # ---- local rewrite rules ---------------------------------------------------------------------
 
 def _is(e: Expr, v: float) -> bool:
@@ -245,102 +237,3 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
 
 
 # ---- public functions, operators and methods, all generated from the op table -------------------
-
-def _object0d(value: Any) -> Any:
-    """A 0-d object array holding ``value`` (so NumPy does not ask the Expr how to run the ufunc)."""
-    out = np.empty((), dtype=object)
-    out[()] = value
-    return out
-
-
-def _lift(op: ops.Op) -> Callable:
-    """The public function for ``op``, like a NumPy ufunc: expressions give expressions, numbers and
-    float arrays give NumPy's values, arrays holding expressions (traced arrays) apply elementwise."""
-    elementwise = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
-
-    def fn(*args: Any) -> Any:
-        if len(args) != op.arity:
-            raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
-        if not any(isinstance(a, np.ndarray | list | tuple) for a in args) and any(type(a) is Expr for a in args):
-            return apply(op, args)
-        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) if isinstance(a, list | tuple) else a
-                  for a in args]
-        if any(isinstance(a, Expr) or isinstance(a, np.ndarray) and a.dtype == object for a in arrays):
-            from symgrad.expr.arrays import wrap  # arrays builds on this module
-
-            plain = [a.view(np.ndarray) if isinstance(a, np.ndarray) else _object0d(a) for a in arrays]
-            return wrap(elementwise(*plain))
-        if all(isinstance(a, Real | np.bool_ | np.ndarray) for a in arrays):
-            with np.errstate(all="ignore"):
-                return op.impl(*(np.asarray(a, dtype=float) for a in arrays))
-        return apply(op, args)  # raises the error naming what is not a number
-
-    names = ("c", "x", "y") if op.arity == 3 else ("x", "y")[: op.arity]
-    example = printing.to_str(apply(op, tuple(map(Var, names))))
-    fn.__name__ = fn.__qualname__ = op.name
-    fn.__doc__ = (f"{op.doc or 'Elementwise ' + op.name}: of an expression, a number or an array "
-                  f"(elementwise).\n\n    >>> import symgrad as sg\n    >>> c, x, y = sg.symbols('c x y')"
-                  f"\n    >>> sg.{op.name}({', '.join(names)})\n    {example}\n")
-    return fn
-
-
-FUNCS: dict[str, Callable] = {name: _lift(op) for name, op in ops.OPS.items() if op.arity > 0}
-UFUNCS = {op.ufunc: FUNCS[name] for name, op in ops.OPS.items() if op.ufunc is not None}
-
-
-def _operator(name: str, reflected: bool = False) -> Callable:
-    op = ops.OPS[name]
-
-    def method(self: Expr, other: Any) -> Any:
-        if not isinstance(other, Expr | Real):
-            return NotImplemented
-        return apply(op, (other, self) if reflected else (self, other))
-    return method
-
-
-for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow": "pow", "mod": "mod",
-                       "floordiv": "floor_divide"}.items():
-    setattr(Expr, f"__{_name}__", _operator(_opname))
-    setattr(Expr, f"__r{_name}__", _operator(_opname, reflected=True))
-for _name in ("lt", "le", "gt", "ge"):
-    setattr(Expr, f"__{_name}__", _operator(_name))
-Expr.__divmod__ = lambda self, other: (self // other, self % other)
-Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
-Expr.__neg__ = lambda self: apply(ops.neg, (self,))
-Expr.__pos__ = lambda self: self
-for _name, _op in ops.OPS.items():
-    for _method in (_name, *_op.aliases) if _op.arity else ():
-        setattr(Expr, _method, lambda self, *rest, _op=_op: apply(_op, (self, *rest)))
-
-
-_TWO52 = 2.0 ** 52  # at and above this magnitude every float is an integer
-
-
-def rint(a: Any) -> Any:
-    """Round half to even (np.rint), through the float rounding of |a| + 2**52; derivative 0, as NumPy's.
-
-    >>> import symgrad as sg
-    >>> [rint(sg.const(v)) for v in (0.5, 1.5, -2.5, 2.6)]
-    [0, 2, -2, 3]
-    """
-    a = _as_expr(a, ops.OPS["abs"]) if not isinstance(a, np.ndarray) else a
-    rounded = FUNCS["sign"](a) * ((FUNCS["abs"](a) + _TWO52) - _TWO52)
-    return FUNCS["stop_gradient"](FUNCS["where"](FUNCS["abs"](a) < _TWO52, rounded, a))
-
-
-def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
-    if np.dtype(dtype).kind in "fO":
-        return self
-    raise TypeError(f"astype({np.dtype(dtype)}) of a symbolic value: only float types are traced; "
-                    "use np.floor / np.rint for integral values")
-
-
-# The scalar side of NumPy's array interface, so code written for arrays runs on traced scalars.
-Expr.shape, Expr.ndim, Expr.size = (), 0, 1
-Expr.dtype = np.dtype(object)  # as a traced array's: np.zeros(n, dtype=x.dtype) can hold expressions
-Expr.real = property(lambda self: self)
-Expr.imag = property(lambda self: intern(_CONST, (), 0.0))
-Expr.conjugate = Expr.conj = lambda self: self
-Expr.astype = _astype
-Expr.__round__ = lambda self, ndigits=None: rint(self * 10.0 ** (ndigits or 0)) / 10.0 ** (ndigits or 0)
-Expr.rint = rint

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr.build import FUNCS
+from symgrad.expr.functions import FUNCS
 from symgrad.expr.node import TracingError
 
 MAX_N = 8  # beyond this the unrolled graph grows as n**3 per matrix: wait for array nodes

@@ -13,10 +13,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from numbers import Real
 from typing import Any
-
-import numpy as np
 
 _MASK = (1 << 64) - 1
 
@@ -70,23 +67,13 @@ class Expr:
     args: tuple[Expr, ...]
     payload: Any
     shash: int
-    order_key: tuple  # canonical order of commutative arguments (see build.order_key)
+    order_key: tuple  # canonical order of commutative arguments (see order_key)
+
+    # Operators, printing, pickling and NumPy's hooks need the rest of the symbolic layer: they
+    # are installed on this class in one place, methods.py.
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("symgrad expressions are immutable")
-
-    def __reduce__(self):  # flat (no recursion), and rebuilt through the intern table
-        return (_unpickle, traverse.to_flat(self))
-
-    __hash__ = object.__hash__
-
-    # == and != build comparison nodes, as every other comparison does (and as in JAX): a traced
-    # `x == y` must never answer from identity. Structural identity is `is`.
-    def __eq__(self, other: object) -> Any:
-        return _compare(ops.eq, self, other)
-
-    def __ne__(self, other: object) -> Any:
-        return _compare(ops.ne, self, other)
 
     def __bool__(self) -> bool:
         if self.op.name == "const":  # a folded condition (x*0 == 0) has a value
@@ -108,12 +95,6 @@ class Expr:
         raise TracingError(f"the symbolic expression {_short(self)} cannot be used as an integer "
                            "(an index, a range or a shape); pass such values as static arguments")
 
-    def __repr__(self) -> str:
-        return str(self)
-
-    def __str__(self) -> str:
-        return printing.to_str(self)
-
     @property
     def name(self) -> str:
         """The name of a variable (``Var`` nodes only)."""
@@ -128,25 +109,9 @@ class Expr:
             raise AttributeError(f"only constants have a value, not {self.op.name} nodes")
         return self.payload
 
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from symgrad.expr import arrays  # builds on build's functions, which build on Expr
-
-        return arrays.array_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
-        from symgrad.expr import arrays
-
-        return arrays.array_function(func, args, kwargs)
-
-
-def _compare(op: Any, a: Expr, b: object) -> Any:
-    if isinstance(b, Expr | Real | np.bool_):
-        return build.apply(op, (a, b))
-    return NotImplemented
-
 
 def _short(e: Expr) -> str:
-    text = printing.to_str(e)
+    text = str(e)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -180,11 +145,20 @@ def intern(op: Any, args: tuple[Expr, ...], payload: Any = None) -> Expr:
             _set(node, "args", args)
             _set(node, "payload", payload)
             _set(node, "shash", h)
-            _set(node, "order_key", build.order_key(op, payload, h))
+            _set(node, "order_key", order_key(op, payload, h))
             ref = _KeyedRef(node, _drop)
             ref.key = key
             _table[key] = ref
     return node
+
+
+_RANK = {"const": 0, "var": 1, "mul": 2, "div": 2, "pow": 2, "neg": 2, "add": 4, "sub": 4}
+
+
+def order_key(op: Any, payload: Any, shash: int) -> tuple:
+    """Canonical order of commutative arguments: stable across processes and readable
+    (constants first, then variables by name, products before sums)."""
+    return (_RANK.get(op.name, 3), payload if op.name == "var" else "", shash)
 
 
 class _KeyedRef(weakref.ref):
@@ -233,11 +207,3 @@ def table_size() -> int:
     True
     """
     return len(_table)
-
-
-def _unpickle(nodes: list, outputs: list) -> Expr:
-    return traverse.from_flat(nodes, outputs)[0]
-
-
-# Late imports: these modules build on Expr, and Expr's methods call back into them.
-from symgrad.expr import build, ops, printing, traverse  # noqa: E402

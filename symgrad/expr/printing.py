@@ -198,14 +198,3 @@ def latex(exprs: Any) -> str:
     labels, roots = _labelled(exprs)
     small = len(roots) == 1 and _tree_size(topo_order(roots), INLINE_LIMIT + 1)[roots[0]] <= INLINE_LIMIT
     return _let_form(labels, roots, True, inline=small)
-
-
-def _repr_latex_(self: Expr) -> str:
-    """Jupyter shows expressions as typeset math (the let-form as aligned lines)."""
-    text = latex(self)
-    if "\n" not in text:
-        return f"${text}$"
-    return r"$\begin{aligned}" + text.replace(" = ", " &= ") + r"\end{aligned}$"
-
-
-Expr._repr_latex_ = _repr_latex_

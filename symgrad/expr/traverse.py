@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, float_bits, paused_gc
+from symgrad.expr.ops import OPS
 
 
 def as_expr_list(exprs: Any) -> list[Expr]:
     """Flatten an expression, a sequence or an object array into a list of expressions."""
-    from symgrad.expr.build import const
-
     if isinstance(exprs, Expr):
         return [exprs]
     flat = np.asarray(exprs, dtype=object).ravel() if not isinstance(exprs, dict) else list(exprs.values())
@@ -86,9 +86,6 @@ def substitute(exprs: Any, mapping: dict) -> Any:
     >>> substitute(x * y + x, {x: 2})
     2*y + 2
     """
-    from symgrad.expr.build import _as_expr, apply
-    from symgrad.expr.ops import OPS
-
     new = {k: _as_expr(v, OPS["var"]) for k, v in mapping.items()}
     roots = as_expr_list(exprs)
     for node in topo_order(roots):
@@ -138,9 +135,6 @@ def from_flat(nodes: list[tuple], outputs: list[int]) -> list[Expr]:
     >>> from_flat(*to_flat(sg.sin(x)))[0] is sg.sin(x)
     True
     """
-    from symgrad.expr.build import apply
-    from symgrad.expr.ops import OPS
-
     built: list[Expr] = []
     for name, payload, args in nodes:
         built.append(apply(OPS[name], tuple(built[i] for i in args), payload))

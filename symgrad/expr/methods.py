@@ -1,0 +1,90 @@
+"""Expr's behaviour that needs the rest of the symbolic layer, installed in one place.
+
+``node.py`` defines the node and imports nothing of symgrad; this module gives it its
+operators and comparisons (built through ``build.apply``), one method per op row
+(``x.sin()``, NumPy's method names), the scalar side of NumPy's array interface, printing
+(``str``, ``repr``, ``_repr_latex_``), pickling, and NumPy's ufunc / function hooks.
+``symgrad.expr`` imports it first, so every Expr has all of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from numbers import Real
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr import arrays, ops, printing, traverse
+from symgrad.expr.build import apply
+from symgrad.expr.functions import SymArray, rint
+from symgrad.expr.node import Expr, intern
+
+
+def _operator(name: str, reflected: bool = False) -> Callable:
+    op = ops.OPS[name]
+
+    def method(self: Expr, other: Any) -> Any:
+        if not isinstance(other, Expr | Real | np.bool_):
+            return NotImplemented
+        return apply(op, (other, self) if reflected else (self, other))
+    return method
+
+
+for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow": "pow", "mod": "mod",
+                       "floordiv": "floor_divide"}.items():
+    setattr(Expr, f"__{_name}__", _operator(_opname))
+    setattr(Expr, f"__r{_name}__", _operator(_opname, reflected=True))
+# == and != build comparison nodes, as every other comparison does (and as in JAX): a traced
+# `x == y` must never answer from identity. Structural identity is `is`; hashing stays by identity.
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    setattr(Expr, f"__{_name}__", _operator(_name))
+Expr.__divmod__ = lambda self, other: (self // other, self % other)
+Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
+Expr.__neg__ = lambda self: apply(ops.neg, (self,))
+Expr.__pos__ = lambda self: self
+for _name, _op in ops.OPS.items():
+    for _method in (_name, *_op.aliases) if _op.arity else ():
+        setattr(Expr, _method, lambda self, *rest, _op=_op: apply(_op, (self, *rest)))
+
+
+def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
+    if np.dtype(dtype).kind in "fO":
+        return self
+    raise TypeError(f"astype({np.dtype(dtype)}) of a symbolic value: only float types are traced; "
+                    "use np.floor / np.rint for integral values")
+
+
+# The scalar side of NumPy's array interface, so code written for arrays runs on traced scalars.
+Expr.shape, Expr.ndim, Expr.size = (), 0, 1
+Expr.dtype = np.dtype(object)  # as a traced array's: np.zeros(n, dtype=x.dtype) can hold expressions
+Expr.real = property(lambda self: self)
+Expr.imag = property(lambda self: intern(ops.OPS["const"], (), 0.0))
+Expr.conjugate = Expr.conj = lambda self: self
+Expr.astype = _astype
+Expr.__round__ = lambda self, ndigits=None: rint(self * 10.0 ** (ndigits or 0)) / 10.0 ** (ndigits or 0)
+Expr.rint = rint
+
+
+def _repr_latex_(self: Expr) -> str:
+    """Jupyter shows expressions as typeset math (the let-form as aligned lines)."""
+    text = printing.latex(self)
+    if "\n" not in text:
+        return f"${text}$"
+    return r"$\begin{aligned}" + text.replace(" = ", " &= ") + r"\end{aligned}$"
+
+
+Expr.__str__ = Expr.__repr__ = printing.to_str
+Expr._repr_latex_ = _repr_latex_
+
+
+def _unpickle(nodes: list, outputs: list) -> Expr:
+    return traverse.from_flat(nodes, outputs)[0]
+
+
+Expr.__reduce__ = lambda self: (_unpickle, traverse.to_flat(self))  # flat: no recursion, then interned
+Expr.__array_ufunc__ = lambda self, ufunc, method, *inputs, **kwargs: arrays.array_ufunc(ufunc, method, inputs,
+                                                                                         kwargs)
+Expr.__array_function__ = lambda self, func, types, args, kwargs: arrays.array_function(func, args, kwargs)
+SymArray.__array_ufunc__ = Expr.__array_ufunc__
+SymArray.__array_function__ = Expr.__array_function__
