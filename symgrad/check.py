@@ -68,7 +68,7 @@ class GradCheckReport:
 
 def _point(wrt: list[Expr], point: Any) -> dict[str, Any]:
     if isinstance(point, dict):
-        values = _bindings(point)
+        values, _ = _bindings(point)
         missing = [v.payload for v in wrt if v.payload not in values]
         if missing:
             raise ValueError(f"check_grad: the point gives no value for {', '.join(map(repr, missing))}")

@@ -20,7 +20,7 @@ from typing import Any
 from symgrad.callmodule import make_callable
 from symgrad.expr.build import Var, apply, const
 from symgrad.expr.node import Expr
-from symgrad.expr.ops import OPS, Op
+from symgrad.expr.ops import FUNCTIONS, OPS, Op
 
 _CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 _TOKENS = re.compile(r"""
@@ -39,7 +39,6 @@ _BINARY: dict[str, tuple[int, bool, Op]] = {
 }
 _NEG = OPS["neg"]
 _UNARY_PRECEDENCE = 4
-_FUNCTIONS = {name for name, op in OPS.items() if op.arity > 0}  # what a formula can call
 QUOTED = 80  # characters of the input an error message quotes
 
 
@@ -122,7 +121,7 @@ def parse(text: str) -> Expr:
             elif kind == "name":
                 kind2, tok2, col2 = next(tokens)
                 if tok2 == "(":
-                    if tok not in _FUNCTIONS:
+                    if tok not in FUNCTIONS:
                         raise _error(text, f"unknown function {tok!r}", col)
                     frames.append(_Frame(tok, col))
                     continue
@@ -181,7 +180,7 @@ def _got(kind: str, tok: str) -> str:
 
 
 def _name(text: str, name: str, col: int) -> Expr:
-    if name in _FUNCTIONS:
+    if name in FUNCTIONS:
         raise _error(text, f"{name} is a function: call it, as in {name}(x)", col)
     if name in _CONSTANTS:
         return const(_CONSTANTS[name])

@@ -43,7 +43,7 @@ GUARDS = {
     "hypot": lambda a, b: sg.hypot(a, b + 0.25),
     "atan2": lambda a, b: sg.atan2(a, _pos(b)),
 }
-OP_NAMES = [name for name, op in ops.OPS.items() if op.arity > 0]
+OP_NAMES = list(ops.FUNCTIONS)
 SMOOTH = [n for n in OP_NAMES if ops.OPS[n].branch is None and ops.OPS[n].partials[0] is not None]
 
 

@@ -23,7 +23,7 @@ x, y, z = sg.symbols("x y z")
 def every_op_and_its_gradient() -> list:
     """Each op on (x, y, z) and its partials, plus the powers lowering rewrites."""
     outs = []
-    for op in ops.OPS.values():
+    for op in ops.FUNCTIONS.values():
         if op.arity:
             e = op(*[x, y, z][: op.arity])
             outs += [e, *sg.grad(e, [x, y, z][: op.arity])]

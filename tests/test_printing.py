@@ -38,7 +38,7 @@ def test_latex():
     assert sg.latex(sg.hypot(x, y)) == r"\operatorname{hypot}\left(x, y\right)"
     assert sg.latex({"f": x * y}) == r"f = x \cdot y"
     assert sg.latex(sg.maximum(x, y)) == r"\max\left(x, y\right)"
-    for name, op in sg.expr.ops.OPS.items():  # every op prints every argument, in text and LaTeX
+    for name, op in sg.expr.ops.FUNCTIONS.items():  # every op prints every argument, in text and LaTeX
         args = [x, y, z][: op.arity]
         e = op(*args) if args else None
         if e is not None and e.op is op:

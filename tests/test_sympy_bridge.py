@@ -11,7 +11,7 @@ x, y, z = sg.symbols("x y z")
 
 
 def test_sympy_round_trip_of_every_op():
-    exprs = [sg.expr.ops.OPS[n](*([x, y, z][: op.arity])) for n, op in sg.expr.ops.OPS.items() if op.arity]
+    exprs = [op(*([x, y, z][: op.arity])) for op in sg.expr.ops.FUNCTIONS.values()]
     for point in ({x: 0.3, y: 0.6, z: -0.2}, {x: 1.7, y: -0.4, z: 0.0}):
         for e in exprs:
             s = sg.to_sympy(e)

@@ -18,6 +18,7 @@ import numpy as np
 from symgrad.expr.dot import quote
 from symgrad.expr.node import Expr, float_bits
 from symgrad.expr.ops import OPS
+from symgrad.expr.rolled import require_scalar
 from symgrad.expr.traverse import as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
 
@@ -256,6 +257,7 @@ def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | 
     if returns_value is None:
         returns_value = len(roots) == 1
     order = topo_order(roots)
+    require_scalar(order, "compiling")
     missing = [n.payload for n in order if n.op.name == "var" and n not in loads]
     if missing:
         raise ValueError(f"the outputs depend on variable {sorted(missing)[0]!r}, which is not among the "

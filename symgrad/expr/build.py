@@ -110,8 +110,8 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
     x
     """
     if op.arity == 0:
-        return Var(payload) if op is _VAR else const(payload)
-    if len(args) != op.arity:
+        return Var(payload) if op is _VAR else const(payload) if op is _CONST else intern(op, (), payload)
+    if len(args) != op.arity and op.arity >= 0:  # arity -1: any number (rolled loads and tensors)
         raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
     args = tuple(a if type(a) is Expr else _as_expr(a, op) for a in args)
     special = n_const = 0
@@ -129,7 +129,7 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
             out = rule(*args)
             if out is not None:
                 return out
-    return intern(op, args)
+    return intern(op, args, payload)
 
 
 # ---- local rewrite rules ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ops
+from symgrad.expr import ops, rolled
 from symgrad.expr.build import _as_expr, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
@@ -28,8 +28,8 @@ def _check_wrt(wrt: Any) -> list[Expr]:
     for v in flat:
         if isinstance(v, str):
             raise TypeError(f"wrt: got the string {v!r} where a variable is expected; use sg.Var({v!r})")
-        if not isinstance(v, Expr) or v.op.name != "var":
-            raise TypeError(f"wrt: differentiate with respect to variables only, got {v!r}")
+        if not isinstance(v, Expr) or v.op.name not in ("var", "array"):
+            raise TypeError(f"wrt: differentiate with respect to variables (or sg.array inputs) only, got {v!r}")
         if v in seen:
             raise ValueError(f"wrt lists the variable {v.payload!r} more than once")
         seen.add(v)
@@ -68,23 +68,62 @@ def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
 
 
 def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], update: Any) -> list[Expr]:
-    """One reverse sweep over ``order`` (``out``'s graph, arguments first): d out / d wrt[j]."""
+    """One reverse sweep over ``order`` (``out``'s graph, arguments first): d out / d wrt[j].
+
+    Rolled nodes: an argument that does not vary over an index its user varies over gets the sum
+    of the contributions over that index; a reduction hands its adjoint to its body; a load hands
+    ``(load, adjoint)`` to its array, whose adjoint (an array: for a tensor, its body's adjoint)
+    is gathered from those sites once all of them are known (rolled.gather)."""
     adj: dict[Expr, Expr] = {out: _ONE} if order else {}
+    sites: dict[Expr, list] = {}  # array node -> [(load node, adjoint of the load)]
     for k, node in enumerate(reversed(order)):
         if not k % CHUNK:
             update(min(CHUNK, len(order) - k))
-        g = adj.get(node) if node.op.name == "var" else adj.pop(node, None)
+        name = node.op.name
+        if name in ("array", "tensor"):
+            _array_adjoint(node, sites.pop(node, []), adj)
+            continue
+        g = adj.get(node) if name == "var" else adj.pop(node, None)
         if g is None:
+            continue
+        if name == "load":
+            sites.setdefault(node.args[0], []).append((node, g))
             continue
         for i, arg in enumerate(node.args):
             if arg not in active:
                 continue
-            p = _partial(node, i)
+            p = _TIES[name](node) if name in _TIES else _ONE if name == "sum" else _partial(node, i)
             if p is not None:
-                contrib = g if p is _ONE else g * p
-                prev = adj.get(arg)
-                adj[arg] = contrib if prev is None else prev + contrib
-    return [adj.get(v, _ZERO) for v in wrt]
+                _accumulate(adj, arg, g if p is _ONE else g * p, node.free.union(node.args[1:]) if node.op.binds
+                            else node.free)
+    return [adj.get(v, rolled.zeros_like(v) if v.op.name == "array" else _ZERO) for v in wrt]
+
+
+def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
+    """Add ``contrib`` to ``arg``'s adjoint, summed over the indices of ``scope`` (where its user, or
+    the body of a reduction, varies) that ``arg`` does not vary over: it is the same value at each."""
+    for index in sorted(scope - arg.free, key=str):
+        contrib = rolled.reduce("sum", contrib, index)
+    adj[arg] = contrib if arg not in adj else adj[arg] + contrib
+
+
+def _array_adjoint(node: Expr, sites: list, adj: dict) -> None:
+    """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body."""
+    if node.op.name == "array":
+        if sites:
+            adj[node] = rolled.gather_adjoint(node, sites)
+    elif sites:
+        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:]), frozenset(node.args[1:]))
+
+
+def _tie_share(node: Expr) -> Expr:
+    """max / min over an index: the adjoint goes to the elements equal to the result, split evenly."""
+    body, i = node.args
+    hit = ops.where(body == node, 1.0, 0.0)
+    return hit / rolled.reduce("sum", hit, i)
+
+
+_TIES = {"max": _tie_share, "min": _tie_share}
 
 
 def _scalar(f: Any, who: str) -> Expr:
@@ -179,6 +218,7 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
     outs = as_expr_list(fs)
     tangent: dict[Expr, Expr] = {v: t for v, t in zip(flat, tans) if t is not _ZERO}
     order = topo_order(outs)
+    rolled.require_scalar(order, "forward-mode differentiation")
     with progress(len(order), "forward mode") as update:
         for k, node in enumerate(order):
             if not k % CHUNK:

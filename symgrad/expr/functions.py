@@ -16,7 +16,7 @@ import numpy as np
 
 from symgrad.expr.build import _as_expr, apply
 from symgrad.expr.node import Expr, TracingError
-from symgrad.expr.ops import OPS, Op, call_template
+from symgrad.expr.ops import FUNCTIONS, OPS, Op, call_template
 
 
 class SymArray(np.ndarray):
@@ -92,7 +92,7 @@ def _lift(op: Op) -> Callable:
     return fn
 
 
-FUNCS: dict[str, Callable] = {name: _lift(op) for name, op in OPS.items() if op.arity > 0}
+FUNCS: dict[str, Callable] = {name: _lift(op) for name, op in FUNCTIONS.items()}
 UFUNCS = {op.ufunc: FUNCS[name] for name, op in OPS.items() if op.ufunc is not None}
 
 

@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr import ops
+from symgrad.expr.build import Var, apply
+from symgrad.expr.functions import _object0d
 from symgrad.expr.node import Expr
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
 
@@ -31,56 +34,161 @@ def _bind(value: Any, name: str) -> Any:
     return arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64)
 
 
-def _bindings(bindings: Any) -> dict[str, Any]:
+def _bindings(bindings: Any) -> tuple[dict[str, Any], set[str]]:
+    """Values by name, and the names bound by an array node (values of arrays, not batches of points)."""
     if not isinstance(bindings, dict):
         raise TypeError(f"evaluate(): bindings must be a dict of variable -> value, got {type(bindings).__name__}")
-    out = {}
+    out, arrays = {}, set()
     for key, value in bindings.items():
-        if isinstance(key, Expr) and key.op.name == "var":
+        if isinstance(key, Expr) and key.op.name == "array":
+            key = key.payload[0]
+            arrays.add(key)
+        elif isinstance(key, Expr) and key.op.name == "var":
             key = key.payload
         elif not isinstance(key, str):
             raise TypeError(f"evaluate(): binding keys must be variables or their names, got {key!r}")
         out[key] = _bind(value, key)
-    return out
+    return out, arrays
 
 
-def run(order: list[Expr], values: dict[str, Any], keep: set[Expr]) -> dict[Expr, Any]:
+class Rolled:
+    """How rolled nodes evaluate: one array axis per index symbol of the graph (size 1 where a value
+    does not vary), so a whole index range is computed at once. ``symbolic``: elements are
+    expressions (unroll), arrays are object arrays of variables ``x[0]``, ``x[1, 2]``, ..."""
+
+    def __init__(self, order: list[Expr], values: dict[str, Any], symbolic: bool) -> None:
+        self.axes = {n: k for k, n in enumerate(n for n in order if n.op.name == "index")}
+        self.values, self.symbolic = values, symbolic
+
+    def index(self, node: Expr) -> np.ndarray:
+        shape = [1] * len(self.axes)
+        shape[self.axes[node]] = node.payload[1]
+        return np.arange(node.payload[1], dtype=float).reshape(shape)
+
+    def array(self, node: Expr) -> np.ndarray:
+        name, shape = node.payload
+        if self.symbolic:
+            out = np.empty(shape, dtype=object)
+            for k in np.ndindex(shape):
+                out[k] = Var(f"{name}[{', '.join(map(str, k))}]")
+            return out
+        if name not in self.values:
+            raise ValueError(f"no value given for the array {name!r} of shape {shape}")
+        value = self.values[name]
+        if value.shape != shape:
+            raise ValueError(f"the value of the array {name!r} has shape {value.shape}, expected {shape}")
+        return value
+
+    def _full(self, v: Any, sizes: dict[int, int]) -> np.ndarray:
+        v = np.asarray(v)
+        v = v.reshape((1,) * (len(self.axes) - v.ndim) + v.shape)
+        return np.broadcast_to(v, [sizes.get(k, d) for k, d in enumerate(v.shape)])
+
+    def reduce(self, name: str, body: Any, i: Expr) -> np.ndarray:
+        ax = self.axes[i]
+        body = self._full(body, {ax: i.payload[1]})
+        if body.dtype == object:
+            return _OBJECT_REDUCE[name].reduce(body, axis=ax, keepdims=True)
+        return _REDUCE[name](body, axis=ax, keepdims=True)
+
+    def load(self, arr: np.ndarray, addresses: list) -> Any:
+        """arr at the addresses; derivatives' guarded branches may address outside: clipped, unused."""
+        return arr[tuple(np.clip(np.asarray(a).astype(np.intp), 0, n - 1) for a, n in zip(addresses, arr.shape))]
+
+    def scatter(self, node: Expr, args: list) -> np.ndarray:
+        shape, k = node.payload
+        bound = node.args[1 + k:]
+        sizes = {self.axes[i]: i.payload[1] for i in bound}
+        w = self._full(args[0], sizes)
+        out = np.zeros(shape, dtype=w.dtype)
+        if w.dtype == object:
+            out[...] = 0.0
+        addresses = tuple(self._full(a, sizes).astype(np.intp).ravel() for a in args[1:1 + k])
+        np.add.at(out, addresses, w.ravel())
+        return out
+
+    def materialise(self, body: Any, indices: tuple) -> np.ndarray:
+        axes = [self.axes[i] for i in indices]
+        full = self._full(body, {ax: i.payload[1] for ax, i in zip(axes, indices)})
+        out = np.moveaxis(full, axes, range(len(axes)))
+        return np.array(out.reshape(out.shape[:len(axes)]))
+
+
+def _elementwise(op: ops.Op) -> Any:
+    apply_each = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
+    return lambda *values: apply_each(*(_object0d(v) if isinstance(v, Expr) else v for v in values))
+
+
+_ELEMENTWISE = {op: _elementwise(op) for op in ops.FUNCTIONS.values()}
+_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+_OBJECT_REDUCE = {name: np.frompyfunc(lambda a, b, op=ops.OPS[op]: apply(op, (a, b)), 2, 1)
+                  for name, op in (("sum", "add"), ("max", "maximum"), ("min", "minimum"))}
+
+
+def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bool = False) -> dict[Expr, Any]:
     """Evaluate ``order`` (a topological order) given variable values by name.
 
     Returns the values of the nodes in ``keep``; others are freed after their last use,
     so a long graph over large arrays needs memory for its live values only.
+    ``symbolic``: variables stand for themselves and scalar ops build expressions (unroll).
     """
     last_use: dict[Expr, int] = {}
     for i, node in enumerate(order):
         for a in node.args:
             last_use[a] = i
     vals: dict[Expr, Any] = {}
+    rolled = Rolled(order, values, symbolic) if symbolic or any(n.op.kind == "rolled" for n in order) else None
+    numeric: set[Expr] = set()  # nodes of index symbols and constants only: numbers even when symbolic
     with np.errstate(all="ignore"):
         for i, node in enumerate(order):
             op = node.op
             if op.name == "var":
+                if symbolic:
+                    vals[node] = node
+                    continue
                 if node.payload not in values:
                     known = ", ".join(sorted(values)) or "none"
                     raise ValueError(f"no value given for variable {node.payload!r} (values given for: {known})")
                 vals[node] = values[node.payload]
             elif op.name == "const":
                 vals[node] = np.float64(node.payload)
+                numeric.add(node)
+            elif op.evaluate is not None:
+                vals[node] = op.evaluate(node, [vals[a] for a in node.args], rolled)
+                if op.name in ("index", "table") or op.name == "load" and node.args[0] in numeric:
+                    numeric.add(node)
+            elif symbolic and not all(a in numeric for a in node.args):
+                vals[node] = _ELEMENTWISE[op](*(vals[a] for a in node.args))
             else:
                 vals[node] = op.impl(*(vals[a] for a in node.args))
-                for a in node.args:
-                    if last_use[a] == i and a not in keep:
-                        vals.pop(a, None)
+                numeric.update((node,) if all(a in numeric for a in node.args) else ())
+            for a in node.args:
+                if last_use[a] == i and a not in keep:
+                    vals.pop(a, None)
     return {n: vals[n] for n in keep}
 
 
-def _result(value: Any, shape: tuple) -> Any:
+def _brief(e: Expr) -> str:
+    text = str(e)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _result(value: Any, shape: tuple, root: Expr) -> Any:
+    if root.op.array_valued:
+        return np.array(value)
+    if isinstance(value, np.ndarray) and value.dtype == object:  # symbolic: the expression itself
+        return value.reshape(())[()]
+    if isinstance(value, Expr):
+        return value
     value = np.asarray(value)
+    if value.ndim > len(shape):  # a rolled value: size-1 axes of the index symbols it was reduced over
+        value = value.reshape(value.shape[value.ndim - len(shape):] if shape else ())
     if shape:
         return np.array(np.broadcast_to(value, shape))
     return value.item()
 
 
-def evaluate(exprs: Any, bindings: dict) -> Any:
+def evaluate(exprs: Any, bindings: dict, symbolic: bool = False) -> Any:
     """Evaluate expressions at given variable values (the reference interpreter).
 
     ``bindings`` maps variables or their names to floats, complex numbers or arrays
@@ -93,12 +201,22 @@ def evaluate(exprs: Any, bindings: dict) -> Any:
     6.909297426825682
     >>> sg.evaluate([x + y, x * y], {x: 2, y: [1, 2]})
     [array([3., 4.]), array([2., 4.])]
+
+    Rolled expressions take their arrays' values by the array or its name; an array-valued
+    expression (a ``tensor``) gives an array. ``symbolic=True`` (what ``unroll`` uses) builds the
+    scalar graph instead of numbers.
     """
-    values = _bindings(bindings)
+    values, arrays = _bindings(bindings)
     roots = as_expr_list(exprs)
-    shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
-    got = run(topo_order(roots), values, set(roots))
-    flat = [_result(got[r], shape) for r in roots]
+    order = topo_order(roots)
+    for r in roots:
+        if r.free:
+            raise ValueError(f"{_brief(r)} varies over the index {', '.join(sorted(map(str, r.free)))}: reduce it "
+                             "(sg.sum / sg.max / sg.min) or make it an array (sg.tensor) before evaluating")
+    arrays |= {n.payload[0] for n in order if n.op.name == "array"}
+    shape = np.broadcast_shapes(*(np.shape(v) for k, v in values.items() if k not in arrays))
+    got = run(order, values, set(roots), symbolic)
+    flat = [_result(got[r], shape, r) for r in roots]
     if isinstance(exprs, np.ndarray):
         return np.array(flat).reshape(exprs.shape + shape)
     return _like(exprs, flat)

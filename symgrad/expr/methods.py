@@ -9,13 +9,14 @@ operators and comparisons (built through ``build.apply``), one method per op row
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from numbers import Real
 from typing import Any
 
 import numpy as np
 
-from symgrad.expr import arrays, ops, printing, traverse
+from symgrad.expr import arrays, ops, printing, rolled, traverse
 from symgrad.expr.build import apply
 from symgrad.expr.functions import SymArray, rint
 from symgrad.expr.node import Expr, intern
@@ -43,8 +44,8 @@ Expr.__divmod__ = lambda self, other: (self // other, self % other)
 Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
 Expr.__neg__ = lambda self: apply(ops.neg, (self,))
 Expr.__pos__ = lambda self: self
-for _name, _op in ops.OPS.items():
-    for _method in (_name, *_op.aliases) if _op.arity else ():
+for _name, _op in ops.FUNCTIONS.items():
+    for _method in (_name, *_op.aliases):
         setattr(Expr, _method, lambda self, *rest, _op=_op: apply(_op, (self, *rest)))
 
 
@@ -55,8 +56,12 @@ def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
                     "use np.floor / np.rint for integral values")
 
 
-# The scalar side of NumPy's array interface, so code written for arrays runs on traced scalars.
-Expr.shape, Expr.ndim, Expr.size = (), 0, 1
+# NumPy's array interface: the scalar side for traced scalars (shape ()), an array's own shape for
+# rolled array nodes (sg.array, sg.tensor), which subscript into loads.
+Expr.shape = property(rolled.shape_of)
+Expr.ndim = property(lambda self: len(rolled.shape_of(self)))
+Expr.size = property(lambda self: math.prod(rolled.shape_of(self)))
+Expr.__getitem__ = rolled.subscript
 Expr.dtype = np.dtype(object)  # as a traced array's: np.zeros(n, dtype=x.dtype) can hold expressions
 Expr.real = property(lambda self: self)
 Expr.imag = property(lambda self: intern(ops.OPS["const"], (), 0.0))

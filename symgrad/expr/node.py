@@ -59,7 +59,7 @@ class Expr:
     True
     """
 
-    __slots__ = ("op", "args", "payload", "shash", "order_key", "__weakref__")
+    __slots__ = ("op", "args", "payload", "shash", "order_key", "free", "__weakref__")
     # Let Expr's reflected operators win over NumPy scalars (np.float64(2) * x).
     __array_priority__ = 1000
 
@@ -68,6 +68,7 @@ class Expr:
     payload: Any
     shash: int
     order_key: tuple  # canonical order of commutative arguments (see order_key)
+    free: frozenset  # the index symbols this node varies over (rolled expressions; empty for scalars)
 
     # Operators, printing, pickling and NumPy's hooks need the rest of the symbolic layer: they
     # are installed on this class in one place, methods.py.
@@ -146,10 +147,26 @@ def intern(op: Any, args: tuple[Expr, ...], payload: Any = None) -> Expr:
             _set(node, "payload", payload)
             _set(node, "shash", h)
             _set(node, "order_key", order_key(op, payload, h))
+            _set(node, "free", _free(node))
             ref = _KeyedRef(node, _drop)
             ref.key = key
             _table[key] = ref
     return node
+
+
+_NONE: frozenset = frozenset()
+
+
+def _free(node: Expr) -> frozenset:
+    """An index symbol is free in itself; a reduction or tensor binds its index arguments (op.binds)."""
+    if node.op.name == "index":
+        return frozenset((node,))
+    args = node.args
+    if not args or not any(a.free for a in args):
+        return _NONE
+    if node.op.binds:
+        return args[0].free.difference(args[1:])
+    return frozenset().union(*(a.free for a in args))
 
 
 _RANK = {"const": 0, "var": 1, "mul": 2, "div": 2, "pow": 2, "neg": 2, "add": 4, "sub": 4}
@@ -177,7 +194,8 @@ def _payload_hash(kind: str, payload: Any) -> int:
         return 0
     if kind == "const":
         return float_bits(payload) & _MASK
-    return int.from_bytes(hashlib.blake2b(payload.encode(), digest_size=8).digest(), "little")
+    text = payload.encode() if isinstance(payload, str) else repr(payload).encode()  # rolled: tuples
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
 @contextmanager

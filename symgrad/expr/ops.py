@@ -37,12 +37,17 @@ class Op:
     prec: int = ATOM
     template: tuple | None = None  # infix printing: strings and (arg, min precedence)
     latex: tuple | None = None  # same form, for LaTeX; None: \operatorname{name}(...)
+    latex_prec: int | None = None  # precedence of the LaTeX form when it differs (\sum_i a binds like +)
     to_sympy: Callable | str | None = None  # a SymPy function's name, or a function of SymPy arguments
     commutative: bool = False
     branch: Callable | None = None  # kink ops: arg values -> which smooth piece
     aliases: tuple[str, ...] = ()  # NumPy method names that reach this op
     ufunc: Any = None  # the NumPy ufunc that maps onto this op
     doc: str = ""
+    kind: str = "scalar"  # "rolled": index symbols, arrays, loads, reductions (see rolled.py)
+    binds: bool = False  # the arguments after the first are index symbols this node binds
+    array_valued: bool = False  # an array (sg.array, tensor, table, scatter), read through loads
+    evaluate: Callable | None = None  # rolled rows: (node, argument values, context) -> value
     code: int = field(default=-1)
 
     def __call__(self, *args: Any) -> Any:
@@ -262,6 +267,52 @@ where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} !=
              branch=lambda c, a, b: c != 0)
 stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy="StopGradient")
 # fmt: on
+
+# ---- rolled: index symbols, arrays, loads, reductions over an index, tensors --------------------
+# A rolled node's value in the interpreter is an array with one axis per index symbol of the graph
+# (size 1 where the node does not vary): a whole index range is evaluated at once. ``ctx`` is
+# interp.Rolled, which knows the axes and whether elements are numbers or expressions (unroll).
+
+
+def _indices(k: int) -> tuple:  # arguments 1 .. k-1, comma-separated
+    return sum((((j, 0), ", ") for j in range(1, k)), ())[:-1]
+
+
+def _reduction(name: str) -> Op:
+    return _row(name, 2, None, None, kind="rolled", binds=True, template=(f"{name}(", (0, 0), ", ", (1, 0), ")"),
+                latex=(rf"\{name}_{{", (1, 0), "} ", (0, ADD)), latex_prec=ADD,
+                evaluate=lambda node, args, ctx: ctx.reduce(name, args[0], node.args[1]),
+                doc=f"{name} over an index range of a body that may use the index")
+
+
+index = _row("index", 0, None, None, kind="rolled", doc="an index symbol over 0 .. n-1 (payload: name, n)",
+             evaluate=lambda node, args, ctx: ctx.index(node))
+array = _row("array", 0, None, None, kind="rolled", array_valued=True,
+             doc="a symbolic array input (payload: name, shape)",
+             evaluate=lambda node, args, ctx: ctx.array(node))
+table = _row("table", 0, None, None, kind="rolled", array_valued=True,
+             doc="a constant integer array (payload: shape, values)",
+             evaluate=lambda node, args, ctx: np.array(node.payload[1], dtype=float).reshape(node.payload[0]))
+load = _row("load", -1, None, None, kind="rolled", template=lambda k: ((0, ATOM), "[", *_indices(k), "]"),
+            latex=lambda k: ((0, ATOM), "_{", *_indices(k), "}"),
+            evaluate=lambda node, args, ctx: ctx.load(args[0], args[1:]),
+            doc="an element of an array at index expressions: x[i + 1, j]")
+sum_ = _reduction("sum")
+max_ = _reduction("max")
+min_ = _reduction("min")
+tensor = _row("tensor", -1, None, None, kind="rolled", array_valued=True, binds=True,
+              template=lambda k: ("tensor(", *call_template("", k, "")[1:-1], ")"),
+              latex=lambda k: (r"\left[", (0, 0), r"\right]_{", *_indices(k), "}"),
+              evaluate=lambda node, args, ctx: ctx.materialise(args[0], node.args[1:]),
+              doc="the array whose element at the index arguments is the body")
+scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, binds=True,
+               template=lambda k: ("scatter(", *call_template("", k, "")[1:-1], ")"),
+               evaluate=lambda node, args, ctx: ctx.scatter(node, args),
+               doc="the array of sums of a body into addresses over bound indices (payload: shape, "
+                   "number of addresses); args: body, addresses, indices")
+
+# The scalar functions: every row a formula, a method or a NumPy ufunc can reach.
+FUNCTIONS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "scalar" and op.arity > 0}
 
 # Late import: rows are callable (they build nodes), and build needs the rows.
 from symgrad.expr import build  # noqa: E402

@@ -51,8 +51,12 @@ def _latex_name(name: str) -> str:
 
 
 def _leaf(node: Expr, latex: bool) -> tuple[str, int]:
-    if node.op.name == "var":
-        return (_latex_name(node.payload) if latex else node.payload), ATOM
+    name = node.op.name
+    if name == "var" or name == "index" or name == "array":
+        label = node.payload if name == "var" else node.payload[0]
+        return (_latex_name(label) if latex else label), ATOM
+    if name == "table":
+        return f"table{list(node.payload[0])}", ATOM
     v = node.payload
     text = _number(v, latex)
     return text, NEG if math.copysign(1, v) < 0 else MUL if r"\cdot" in text else ATOM
@@ -64,9 +68,12 @@ def _template(node: Expr, latex: bool) -> tuple[tuple, int]:
     if tpl is None:
         tpl = call_template(rf"\operatorname{{{op.name}}}\left(", op.arity, r"\right)") if latex else \
             call_template(op.name + "(", op.arity, ")")
+    if callable(tpl):  # rolled rows with any number of arguments (x[i, j], tensor(body, i, j))
+        tpl = tpl(len(node.args))
+    prec = op.latex_prec if latex and op.latex_prec is not None else op.prec
     if latex and any(isinstance(p, str) and "^{" in p for p in tpl):
-        return tpl, min(op.prec, POW)  # a superscript (e^{x}) as a power's base needs parentheses
-    return tpl, op.prec
+        return tpl, min(prec, POW)  # a superscript (e^{x}) as a power's base needs parentheses
+    return tpl, prec
 
 
 def _display_args(node: Expr) -> tuple[Expr, ...]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr import rolled
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
@@ -194,9 +195,9 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
     if not all(type(i) is int and 0 <= i < k for i in args):
         raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {str(args)[:80]} that are not "
                           "earlier nodes")
-    if len(args) != op.arity:
-        raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): {name} takes {op.arity} "
-                          f"argument(s), got {len(args)}")
+    if len(args) != op.arity if op.arity >= 0 else len(args) < 2:
+        raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): {name} takes "
+                          f"{op.arity if op.arity >= 0 else 'at least 2'} argument(s), got {len(args)}")
     if name == "const":
         if not (isinstance(payload, str) and _HEX.fullmatch(payload)):
             raise FormatError(f"symgrad JSON: node {k}: a constant is written as float.hex() gives it "
@@ -210,7 +211,46 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
         if not (isinstance(payload, str) and payload and payload.isprintable()):
             raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): a variable needs a "
                               "printable name")
+    elif name in _ROLLED_LEAVES:
+        payload = _rolled_leaf(k, name, payload)
     elif payload is not None:
-        raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var and "
-                          "const have one")
-    return apply(op, tuple(built[i] for i in args), payload)
+        raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
+                          "index, array and table have one")
+    arguments = tuple(built[i] for i in args)
+    try:  # rolled nodes are built through their checked constructors: ranges, bound indices
+        if name == "load":
+            return rolled.subscript(arguments[0], arguments[1:])
+        if name == "tensor":
+            return rolled.tensor(*arguments)
+        if name in ("sum", "max", "min"):
+            return rolled.reduce(name, *arguments)
+        if name in _ROLLED_LEAVES:
+            return _ROLLED_LEAVES[name](*payload)
+    except (TypeError, ValueError, IndexError) as e:
+        raise FormatError(f"symgrad JSON: node {k} ({name}): {str(e)[:200]}") from None
+    return apply(op, arguments, payload)
+
+
+_ROLLED_LEAVES = {"index": rolled.index, "array": rolled.array,
+                  "table": lambda shape, values: rolled.table(np.array(values, dtype=np.int64).reshape(shape))}
+
+
+def _rolled_leaf(k: int, name: str, payload: Any) -> tuple:
+    """An index's (name, size), an array's (name, shape) or a table's (shape, values), as written."""
+    ok = isinstance(payload, list) and len(payload) == 2
+    if ok and name == "index":
+        ok = isinstance(payload[0], str) and type(payload[1]) is int
+    elif ok and name == "array":
+        shape = payload[1]
+        ok = isinstance(payload[0], str) and isinstance(shape, list) and all(type(d) is int for d in shape)
+    elif ok:
+        shape, values = payload
+        ok = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape) and \
+            isinstance(values, list) and all(type(v) is int for v in values) and math.prod(shape) == len(values)
+    if not ok:
+        raise FormatError(f"symgrad JSON: node {k} is malformed: the payload of {name} is "
+                          f"{_ROLLED_FORMS[name]}, got {str(payload)[:60]}")
+    return tuple(payload)
+
+
+_ROLLED_FORMS = {"index": "[name, size]", "array": "[name, [shape]]", "table": "[[shape], [integer values]]"}

@@ -1,0 +1,412 @@
+"""Rolled expressions: index symbols, symbolic arrays, loads, reductions and tensors.
+
+The same formula at every index is one node, whatever the size: ``sum(100*(x[i+1] - x[i]**2)**2, i)``
+has the same few nodes for n = 10 and n = 10**6. Array nodes (``array`` inputs, ``tensor``
+results, constant integer ``table``s) are Exprs like any other; subscripting one with index
+expressions gives a scalar ``load``; ``reduce`` and ``tensor`` bind index symbols. Every access
+is checked when it is built: the range of each index expression (affine, periodic ``% n``,
+or through a table) must lie inside the array. :func:`unroll` gives the same function as an
+ordinary scalar graph (the oracle).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr import interp, ops
+from symgrad.expr.build import apply
+from symgrad.expr.node import Expr, intern
+from symgrad.expr.traverse import substitute, topo_order
+
+
+def index(name: str, size: int) -> Expr:
+    """An index symbol ranging over ``0 .. size-1``.
+
+    >>> i = index("i", 9)
+    >>> i, i.shape, value_range(i + 1)
+    (i, (), (1, 9))
+    """
+    if not isinstance(name, str) or not name or not name.isprintable():
+        raise ValueError(f"an index name must be printable text, got {name!r}")
+    if not isinstance(size, int | np.integer) or size < 1:
+        raise ValueError(f"index {name!r}: the size must be a positive integer, got {size!r}")
+    return intern(ops.index, (), (name, int(size)))
+
+
+def array(name: str, shape: int | tuple) -> Expr:
+    """A symbolic array input called ``name`` with a concrete shape.
+
+    >>> x = array("x", 5)
+    >>> x, x.shape
+    (x, (5,))
+    """
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if not shape or not all(isinstance(d, int | np.integer) and d >= 1 for d in shape):
+        raise ValueError(f"array {name!r}: the shape must be positive integers, got {shape!r}")
+    if not isinstance(name, str) or not name or not name.isprintable():
+        raise ValueError(f"an array name must be printable text, got {name!r}")
+    return intern(ops.array, (), (name, tuple(int(d) for d in shape)))
+
+
+def table(values: Any) -> Expr:
+    """A constant integer array (mesh connectivity, permutations) to gather through: ``x[table(I)[i]]``.
+
+    >>> table([2, 0, 1]).shape
+    (3,)
+    """
+    a = np.asarray(values)
+    if a.dtype.kind not in "iu" or a.ndim == 0 or a.size == 0:
+        raise TypeError(f"a table must be a non-empty integer array, got dtype {a.dtype}, shape {a.shape}")
+    return intern(ops.table, (), (a.shape, tuple(int(v) for v in a.ravel())))
+
+
+def shape_of(node: Expr) -> tuple:
+    """The shape of an array node; () for scalars."""
+    name = node.op.name
+    if name == "array" or name == "table" or name == "scatter":
+        return node.payload[1] if name == "array" else node.payload[0]
+    if name == "tensor":
+        return tuple(i.payload[1] for i in node.args[1:])
+    return ()
+
+
+def value_range(e: Expr) -> tuple[int, int]:
+    """The smallest and largest value an index expression takes over its indices' ranges.
+
+    Index expressions are built from index symbols, integer constants, ``+``, ``-``, ``*`` by a
+    constant, ``%`` by a positive constant and loads from tables.
+
+    >>> i, j = index("i", 4), index("j", 3)
+    >>> value_range(2 * i - j + 1), value_range((i + 3) % 4)
+    ((-1, 7), (0, 3))
+    """
+    ranges: dict[Expr, tuple[int, int]] = {}
+    stack = [e]
+    while stack:  # iterative post-order
+        node = stack[-1]
+        pending = [a for a in node.args if a not in ranges and not _is_array(a)]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        ranges[node] = _range(node, ranges, e)
+    return ranges[e]
+
+
+def _range(node: Expr, ranges: dict, whole: Expr) -> tuple[int, int]:
+    name, args = node.op.name, node.args
+    if name == "index":
+        return 0, node.payload[1] - 1
+    if name == "const":
+        if not float(node.payload).is_integer():
+            raise TypeError(f"index expression {whole}: {node.payload!r} is not an integer")
+        return int(node.payload), int(node.payload)
+    if name == "load" and args[0].op.name == "table":
+        values = args[0].payload[1]
+        return min(values), max(values)
+    r = [ranges[a] for a in args]
+    if name in ("add", "sub"):
+        (a0, a1), (b0, b1) = r
+        return (a0 + b0, a1 + b1) if name == "add" else (a0 - b1, a1 - b0)
+    if name == "neg":
+        return -r[0][1], -r[0][0]
+    if name == "mul" and (r[0][0] == r[0][1] or r[1][0] == r[1][1]):
+        products = [a * b for a in r[0] for b in r[1]]
+        return min(products), max(products)
+    if name == "mod" and args[1].op.name == "const" and args[1].payload > 0:
+        return 0, int(args[1].payload) - 1
+    if name == "floor_divide" and args[1].op.name == "const" and args[1].payload > 0:
+        return r[0][0] // int(args[1].payload), r[0][1] // int(args[1].payload)
+    raise TypeError(f"index expression {whole}: {name} is not allowed in an index (use +, -, * by a constant, "
+                    "% and // by a positive constant, and tables)")
+
+
+def _is_array(node: Expr) -> bool:
+    return node.op.array_valued
+
+
+def subscript(arr: Expr, key: Any) -> Expr:
+    """``arr[key]``: the element at index expressions, checked against the array's shape.
+
+    >>> x, i = array("x", 5), index("i", 4)
+    >>> subscript(x, i + 1)
+    x[i + 1]
+    """
+    if not _is_array(arr):
+        raise TypeError(f"only arrays can be subscripted, not the expression {arr}")
+    key = key if isinstance(key, tuple) else (key,)
+    shape = shape_of(arr)
+    if len(key) != len(shape):
+        raise IndexError(f"{arr} has {len(shape)} dimension(s), indexed with {len(key)}")
+    idx = tuple(k if isinstance(k, Expr) else _integer(k, arr) for k in key)
+    for dim, (k, n) in enumerate(zip(idx, shape)):
+        lo, hi = value_range(k)
+        if lo < 0 or hi >= n:
+            where = f" (dimension {dim})" if len(shape) > 1 else ""
+            raise IndexError(f"{arr}[{', '.join(map(str, idx))}]: the index {k} takes values {lo}..{hi}, "
+                             f"outside 0..{n - 1}{where}" + _ranges(k))
+    return apply(ops.load, (arr, *idx))
+
+
+def _integer(k: Any, arr: Expr) -> Expr:
+    if isinstance(k, int | np.integer):
+        return intern(ops.OPS["const"], (), float(k))
+    raise TypeError(f"{arr}: an index must be an integer or an index expression, got {type(k).__name__} {k!r}")
+
+
+def _ranges(k: Expr) -> str:
+    idx = sorted(k.free, key=lambda i: i.payload[0])
+    return f", with {', '.join(f'{i} in 0..{i.payload[1] - 1}' for i in idx)}" if idx else ""
+
+
+def reduce(name: str, body: Any, i: Expr) -> Expr:
+    """``name`` ("sum", "max", "min") of ``body`` over the index ``i``.
+
+    >>> x, i = array("x", 3), index("i", 3)
+    >>> reduce("sum", x[i] ** 2, i)
+    sum(x[i]**2, i)
+    """
+    if not (isinstance(i, Expr) and i.op.name == "index"):
+        raise TypeError(f"{name}: reduce over an index symbol (sg.index), got {i!r}")
+    body = body if isinstance(body, Expr) else intern(ops.OPS["const"], (), float(body))
+    if _is_array(body):
+        raise TypeError(f"{name}: the body must be a scalar expression, got the array {body}")
+    return apply(ops.OPS[name], (body, i))
+
+
+def tensor(body: Any, *indices: Expr) -> Expr:
+    """The array whose element at ``indices`` is ``body`` (materialised once).
+
+    >>> A, v = array("A", (2, 3)), array("v", 3)
+    >>> r, c = index("r", 2), index("c", 3)
+    >>> tensor(reduce("sum", A[r, c] * v[c], c), r).shape
+    (2,)
+    """
+    if not indices or not all(isinstance(i, Expr) and i.op.name == "index" for i in indices):
+        raise TypeError("tensor: give the index symbols (sg.index) the array runs over")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"tensor: an index appears twice in {list(indices)}")
+    body = body if isinstance(body, Expr) else intern(ops.OPS["const"], (), float(body))
+    outer = body.free.difference(indices)
+    if outer:
+        raise ValueError(f"tensor: the body {body} also varies over {sorted(str(i) for i in outer)}, which the "
+                         "tensor does not bind: reduce over it inside, or add it to the tensor's indices")
+    return apply(ops.tensor, (body, *indices))
+
+
+def affine(e: Expr) -> tuple[dict[Expr, int], int] | None:
+    """``e`` as sum(coefficient * index) + constant, or None (tables, ``%``, products of indices).
+
+    >>> i, j = index("i", 4), index("j", 3)
+    >>> sorted((str(k), c) for k, c in affine(2 * i - j + 1)[0].items()), affine(2 * i - j + 1)[1]
+    ([('i', 2), ('j', -1)], 1)
+    """
+    terms: dict[Expr, int] = {}
+    offset = 0
+    stack = [(e, 1)]
+    while stack:
+        node, sign = stack.pop()
+        name = node.op.name
+        if name == "index":
+            terms[node] = terms.get(node, 0) + sign
+        elif name == "const":
+            offset += sign * int(node.payload)
+        elif name in ("add", "sub"):
+            stack += [(node.args[0], sign), (node.args[1], sign if name == "add" else -sign)]
+        elif name == "neg":
+            stack.append((node.args[0], -sign))
+        elif name == "mul" and node.args[0].op.name == "const":
+            stack.append((node.args[1], sign * int(node.args[0].payload)))
+        else:
+            return None
+    return {i: c for i, c in terms.items() if c}, offset
+
+
+def solve(address: Expr, target: Expr, solved: dict) -> tuple[Expr, Expr, list[Expr]] | None:
+    """Invert ``address = target`` for one index of ``address`` (indices in ``solved`` already known):
+    (the index, its expression in ``target`` and the other indices, the conditions for a solution).
+
+    Affine addresses with a coefficient ±1 solve exactly, other coefficients with a divisibility
+    condition, ``(affine) % m`` when the index's range fits in one period; None otherwise
+    (tables, several indices without a unit coefficient): the caller scatters instead.
+
+    >>> i, j = index("i", 4), index("j", 6)
+    >>> solve(i + 2, j, {})
+    (i, j - 2, [j - 2 >= 0, j - 2 <= 3])
+    """
+    periodic = address.op.name == "mod" and address.args[1].op.name == "const"
+    form = affine(address.args[0] if periodic else address)
+    if form is None:
+        return None
+    terms, offset = form
+    free = [i for i in terms if i not in solved]
+    if not free:
+        return None
+    i = min(free, key=lambda k: (abs(terms[k]) != 1, str(k)))
+    c = terms[i]
+    rest = sum((terms[k] * (solved.get(k, k)) for k in terms if k is not i), intern(ops.OPS["const"], (), 0.0))
+    rhs = target - offset - rest
+    n = i.payload[1]
+    if periodic:
+        m = int(address.args[1].payload)
+        if abs(c) != 1 or n > m:
+            return None
+        value = (rhs if c == 1 else -rhs) % m
+        return i, value, [value <= n - 1]
+    if abs(c) == 1:
+        value = rhs if c == 1 else -rhs
+        return i, value, [value >= 0, value <= n - 1]
+    value = rhs // c
+    return i, value, [rhs % abs(c) == 0, value >= 0, value <= n - 1]
+
+
+_FRESH = itertools.count()  # names of the index symbols derivatives introduce: x#0, x#1, ...
+
+
+def zeros_like(x: Expr) -> Expr:
+    """The zero array shaped like the array ``x`` (its gradient where it does not appear)."""
+    return tensor(0.0, *_fresh_indices(x))
+
+
+def _fresh_indices(x: Expr) -> tuple:
+    return tuple(index(f"{x.payload[0]}#{next(_FRESH)}", n) for n in shape_of(x))
+
+
+def gather_adjoint(x: Expr, sites: list) -> Expr:
+    """The adjoint of the input array ``x`` from its loads' adjoints: a tensor over fresh indices."""
+    targets = _fresh_indices(x)
+    return tensor(gather(x, sites, targets), *targets)
+
+
+def gather(arr: Expr, sites: list, targets: tuple) -> Expr:
+    """The adjoint of ``arr`` at position ``targets``: the sum over its loads ``(arr[a(I)], w(I))`` of
+    the w(I) with a(I) == targets. Each site is inverted (Halide's scatter-to-gather: one formula,
+    guarded by where its solution lies in range) where ``solve`` can, and scattered otherwise."""
+    total = None
+    for load, w in sites:
+        term = _inverted(load, w, targets)
+        if term is None:
+            term = apply(ops.load, (_scatter(arr, load, w), *targets))
+        total = term if total is None else total + term
+    return total
+
+
+def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
+    solved: dict[Expr, Expr] = {}
+    guards: list[Expr] = []
+    for address, target in zip(load.args[1:], targets):
+        if all(i in solved for i in address.free):
+            guards.append(target == (substitute_indices(address, solved) if solved else address))
+            continue
+        step = solve(address, target, solved)
+        if step is None:
+            return None
+        i, value, conditions = step
+        solved[i] = value
+        guards += conditions
+    term = _canonical_addresses(substitute_indices(w, solved))
+    for condition in reversed(guards):
+        condition = _canonical_addresses(condition)
+        settled = _settled(condition)
+        if settled is False:
+            return intern(ops.OPS["const"], (), 0.0)
+        if settled is None:
+            term = ops.where(condition, term, 0.0)
+    for i in sorted(load.free.difference(solved), key=str):  # indices no address pins down: summed
+        term = reduce("sum", term, i)
+    return term
+
+
+def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
+    """``e`` with free occurrences of index symbols replaced: a node where none of them is free (a
+    tensor, a reduction that binds one) is kept as it is, so a bound index is never captured.
+
+    >>> x, y, i = array("x", 3), array("y", 3), index("i", 3)
+    >>> substitute_indices(x[i] * reduce("sum", y[i], i), {i: 2 - i})
+    x[2 - i]*sum(y[i], i)
+    """
+    keys = frozenset(mapping)
+    new = dict(mapping)
+    for node in topo_order([e]):
+        if node in new or not keys.intersection(node.free):
+            continue
+        args = tuple(new.get(a, a) for a in node.args)
+        new[node] = apply(node.op, args, node.payload)
+    return new.get(e, e)
+
+
+def canonical(e: Expr) -> Expr:
+    """An affine index expression in one form: indices by name, then the constant (j - 1 + 1 is j).
+
+    >>> i, j = index("i", 4), index("j", 3)
+    >>> canonical(j - 1 + 1 + 2 * i - i)  # (commutative + then orders its arguments canonically)
+    j + i
+    """
+    form = affine(e)
+    if form is None:
+        return e
+    terms, offset = form
+    out = None
+    for i in sorted(terms, key=str):
+        c = terms[i]
+        term = i if abs(c) == 1 else abs(c) * i
+        out = (term if c > 0 else -term) if out is None else out + term if c > 0 else out - term
+    if out is None:
+        return intern(ops.OPS["const"], (), float(offset))
+    return out + offset if offset > 0 else out - (-offset) if offset < 0 else out
+
+
+def _canonical_addresses(e: Expr) -> Expr:
+    """``e`` with every load's affine address and every comparison's side in canonical form."""
+    mapping = {a: canonical(a) for node in topo_order([e]) if node.op.name in _ADDRESSED
+               for a in node.args[_ADDRESSED[node.op.name]:] if a.free and not a.op.array_valued}
+    mapping = {a: c for a, c in mapping.items() if c is not a}
+    return substitute(e, mapping) if mapping else e
+
+
+_ADDRESSED = {"load": 1, "ge": 0, "le": 0, "eq": 0}  # the arguments that hold index expressions
+
+
+def _settled(condition: Expr) -> bool | None:
+    """True or False when a guard ``a >= c``, ``a <= c`` holds everywhere or nowhere in its indices' ranges."""
+    name, args = condition.op.name, condition.args
+    if name == "const":
+        return condition.payload != 0.0
+    if name not in ("ge", "le") or args[1].op.name != "const":
+        return None
+    try:
+        lo, hi = value_range(args[0])
+    except TypeError:
+        return None
+    c = args[1].payload
+    if name == "ge":
+        return True if lo >= c else False if hi < c else None
+    return True if hi <= c else False if lo > c else None
+
+
+def _scatter(arr: Expr, load: Expr, w: Expr) -> Expr:
+    """sum over the load's indices of w into position a(I): for addresses solve cannot invert."""
+    bound = tuple(sorted(load.free, key=str))
+    return intern(ops.scatter, (w, *load.args[1:], *bound), (shape_of(arr), len(load.args) - 1))
+
+
+def require_scalar(order: list[Expr], what: str) -> None:
+    """Raise if ``order`` holds rolled nodes: ``what`` (derivatives, compiling) does not take them yet."""
+    for node in order:
+        if node.op.kind == "rolled":
+            raise NotImplementedError(f"{what} of rolled expressions ({node.op.name} nodes) is not available yet: "
+                                      "use sg.evaluate on them, or unroll(...) to get the scalar graph")
+
+
+def unroll(exprs: Any) -> Any:
+    """The same function as an ordinary scalar graph: array inputs become variables ``x[0]``,
+    ``x[1, 2]``, ..., sums become chains of additions (the oracle for rolled expressions).
+
+    >>> x, i = array("x", 3), index("i", 2)
+    >>> unroll(reduce("sum", x[i + 1] * x[i], i))
+    x[1]*x[2] + x[0]*x[1]
+    """
+    return interp.evaluate(exprs, {}, symbolic=True)

@@ -1,0 +1,224 @@
+"""Rolled expressions: index symbols, arrays, loads, reductions, tensors; evaluated against unroll."""
+
+import json
+import math
+import pickle
+
+import numpy as np
+import pytest
+from graphs import VARS, dags
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from sympy_ref import close
+
+import symgrad as sg
+from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor, unroll, value_range
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _elements(name: str, values: np.ndarray) -> dict:
+    """The unrolled graph's variables x[0], x[1, 2], ... with the array's values."""
+    return {f"{name}[{', '.join(map(str, k))}]": float(values[k]) for k in np.ndindex(values.shape)}
+
+
+@st.composite
+def rolled_sums(draw):
+    """sum over i of a random body whose variables are loads at random affine / periodic offsets."""
+    n = draw(st.integers(1, 7))
+    x = array("x", n + 2)
+    i = index("i", n)
+    offset, stride = draw(st.integers(0, 2)), draw(st.sampled_from([1, -1]))
+    sites = [subscript(x, i + offset) if stride > 0 else subscript(x, (n - 1 - i) + offset),
+             subscript(x, (i + draw(st.integers(0, 5))) % (n + 2)), sg.Var("a")]
+    body = sg.substitute(draw(dags(max_ops=6)), dict(zip(VARS, sites)))
+    kind = draw(st.sampled_from(["sum", "max", "min"]))
+    return reduce(kind, body, i) + sg.sin(sg.Var("a")), x
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
+def test_rolled_values_equal_the_unrolled_graph(fx, values, a):
+    f, x = fx
+    x0 = np.array(values[: x.shape[0]]) + 0.123
+    got = sg.evaluate(f, {x: x0, "a": a})
+    want = sg.evaluate(unroll(f), {**_elements("x", x0), "a": a})
+    assume(np.isfinite(got) and np.isfinite(want))
+    assert close(got, want, rtol=1e-12, atol=1e-12), (str(f), got, want)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.integers(1, 5), st.integers(1, 5), st.data())
+def test_two_dimensional_contractions_equal_numpy_and_unroll(m, k, data):
+    A, v = array("A", (m, k)), array("v", k)
+    r, c = index("r", m), index("c", k)
+    y = tensor(reduce("sum", subscript(A, (r, c)) * subscript(v, c), c), r)
+    loss = reduce("sum", sg.tanh(subscript(y, r)) ** 2, r) + reduce("max", subscript(v, c), c)
+    A0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=m * k, max_size=m * k))).reshape(m, k)
+    v0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=k, max_size=k)))
+    np.testing.assert_allclose(sg.evaluate(y, {A: A0, v: v0}), A0 @ v0, rtol=1e-13, atol=1e-15)
+    want = np.sum(np.tanh(A0 @ v0) ** 2) + v0.max()
+    assert math.isclose(sg.evaluate(loss, {A: A0, v: v0}), want, rel_tol=1e-12, abs_tol=1e-14)
+    unrolled = sg.evaluate(unroll(loss), {**_elements("A", A0), **_elements("v", v0)})
+    assert math.isclose(unrolled, want, rel_tol=1e-12, abs_tol=1e-14)
+
+
+def test_rosenbrock_is_a_few_nodes_at_any_size():
+    sizes = []
+    for n in (10, 10**6):
+        x, i = array("x", n), index("i", n - 1)
+        f = reduce("sum", 100 * (subscript(x, i + 1) - subscript(x, i) ** 2) ** 2 + (1 - subscript(x, i)) ** 2, i)
+        sizes.append(sg.count_nodes(f))
+    assert sizes[0] == sizes[1] < 20
+    x0 = np.linspace(-1, 1, 10**6)
+    want = np.sum(100 * (x0[1:] - x0[:-1] ** 2) ** 2 + (1 - x0[:-1]) ** 2)
+    assert math.isclose(sg.evaluate(f, {"x": x0}), want, rel_tol=1e-12)
+    text, tex = str(f), sg.latex(f)  # the order of the two terms is canonical, by structural hash
+    assert text.startswith("sum(") and text.endswith(", i)") and "(1 - x[i])**2" in text
+    assert "100*(x[i + 1] - x[i]**2)**2" in text
+    assert tex.startswith(r"\sum_{i} ") and r"100 \cdot \left(x_{i + 1} - x_{i}^{2}\right)^{2}" in tex
+
+
+def test_gathers_through_tables_and_periodic_indices():
+    x, i = array("x", 5), index("i", 4)
+    T = table([4, 0, 2, 1])
+    f = reduce("sum", subscript(x, subscript(T, i)) * i, i) + reduce("sum", subscript(x, (i + 3) % 5), i)
+    x0 = np.array([0.5, 1.2, -0.3, 2.0, 1.1])
+    want = np.sum(x0[[4, 0, 2, 1]] * np.arange(4)) + np.sum(x0[(np.arange(4) + 3) % 5])
+    assert math.isclose(sg.evaluate(f, {x: x0}), want, rel_tol=1e-14)
+    assert str(unroll(reduce("sum", subscript(x, (i + 3) % 5), i))) == "x[3] + x[4] + x[0] + x[1]"
+
+
+def test_index_ranges():
+    i, j = index("i", 4), index("j", 3)
+    assert value_range(2 * i - j + 1) == (-1, 7)
+    assert value_range((i + 3) % 4) == (0, 3)
+    assert value_range(subscript(table([[5, -2], [7, 0]]), (i % 2, j % 2))) == (-2, 7)
+
+
+@pytest.mark.parametrize("build, error, match", [
+    (lambda x, i: subscript(x, i + 2), IndexError, r"x\[i \+ 2\]: the index i \+ 2 takes values 2\.\.5, outside "
+                                                   r"0\.\.4, with i in 0\.\.3"),
+    (lambda x, i: subscript(x, i - 1), IndexError, "takes values -1..2"),
+    (lambda x, i: subscript(x, (i, i)), IndexError, "x has 1 dimension"),
+    (lambda x, i: subscript(x, sg.sin(i)), TypeError, "sin is not allowed in an index"),
+    (lambda x, i: subscript(x, i * 0.5), TypeError, "0.5 is not an integer"),
+    (lambda x, i: subscript(x, 1.5), TypeError, "an index must be an integer or an index expression"),
+    (lambda x, i: subscript(x, subscript(table([0, 9, 1, 2]), i)), IndexError, "takes values 0..9, outside 0..4"),
+    (lambda x, i: subscript(sg.Var("y"), i), TypeError, "only arrays can be subscripted"),
+    (lambda x, i: reduce("sum", subscript(x, i), sg.Var("k")), TypeError, "reduce over an index symbol"),
+    (lambda x, i: reduce("sum", x, i), TypeError, "the body must be a scalar expression"),
+    (lambda x, i: tensor(subscript(x, i) * index("k", 2), i), ValueError, r"also varies over \['k'\]"),
+    (lambda x, i: tensor(subscript(x, i), i, i), ValueError, "an index appears twice"),
+    (lambda x, i: sg.evaluate(subscript(x, i), {x: np.zeros(5)}), ValueError, "varies over the index i: reduce"),
+    (lambda x, i: sg.evaluate(reduce("sum", subscript(x, i), i), {}), ValueError, "no value given for the array"),
+    (lambda x, i: sg.evaluate(reduce("sum", subscript(x, i), i), {x: np.zeros(3)}), ValueError,
+     r"has shape \(3,\), expected \(5,\)"),
+    (lambda x, i: index("i", 0), ValueError, "the size must be a positive integer"),
+    (lambda x, i: array("x", (2, 0)), ValueError, "the shape must be positive integers"),
+    (lambda x, i: table([1.5]), TypeError, "a table must be a non-empty integer array"),
+    (lambda x, i: sg.expr.diff.jvp(reduce("sum", subscript(x, i), i), [sg.Var("a")], [1.0]), NotImplementedError,
+     "forward-mode differentiation of rolled expressions"),
+    (lambda x, i: sg.grad(reduce("sum", subscript(x, i), i), [sg.Var("a"), sg.Var("a")]), ValueError,
+     "more than once"),
+    (lambda x, i: sg.compile(reduce("sum", subscript(x, i), i), []), NotImplementedError, "compiling"),
+])
+def test_construction_errors_name_the_array_the_index_and_its_range(build, error, match):
+    with pytest.raises(error, match=match):
+        build(array("x", 5), index("i", 4))
+
+
+def test_saving_and_pickling_rolled_expressions():
+    x, i, j = array("x", 5), index("i", 4), index("j", 2)
+    A, r, c = array("A", (2, 3)), index("r", 2), index("c", 3)
+    T = table([[4, 0], [2, 1]])
+    f = reduce("sum", (subscript(x, i + 1) - subscript(x, (i + 2) % 5)) ** 2, i) + \
+        reduce("max", subscript(x, subscript(T, (j, 1))), j)
+    y = tensor(reduce("sum", subscript(A, (r, c)), c), r)
+    for e in (f, y):
+        assert sg.loads(sg.dumps(e)) is e and pickle.loads(pickle.dumps(e)) is e
+    doc = json.loads(sg.dumps(f))
+    for node in doc["nodes"]:
+        if node[0] == "index" and node[1][0] == "i":
+            node[1][1] = 9  # a forged range: the loads are checked again on loading
+    with pytest.raises(sg.FormatError, match=r"\(load\): x\[i \+ 1\]: the index i \+ 1 takes values 1..9"):
+        sg.loads(json.dumps(doc))
+    doc["nodes"][0][1] = ["x", "5"]
+    with pytest.raises(sg.FormatError, match=r"the payload of array is \[name, \[shape\]\], got \['x', '5'\]"):
+        sg.loads(json.dumps(doc))
+
+
+def _unrolled_grad(f, arrays: dict, scalars: dict):
+    """Gradient of unroll(f) at the point, shaped like each array (the oracle)."""
+    variables, point = [], dict(scalars)
+    for name, value in arrays.items():
+        point.update(_elements(name, value))
+    for name, value in arrays.items():
+        variables += [sg.Var(f"{name}[{', '.join(map(str, k))}]") for k in np.ndindex(value.shape)]
+    variables += [sg.Var(name) for name in scalars]
+    flat = np.array(sg.evaluate(sg.grad(unroll(f), variables), point), dtype=float)
+    out, k = {}, 0
+    for name, value in arrays.items():
+        out[name] = flat[k:k + value.size].reshape(value.shape)
+        k += value.size
+    return out, flat[k:]
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
+def test_rolled_gradients_equal_the_unrolled_graphs(fx, values, a):
+    f, x = fx
+    x0 = np.array(values[: x.shape[0]]) + 0.123 * np.arange(x.shape[0])  # distinct: max/min without ties
+    gx, ga = sg.grad(f, [x, sg.Var("a")])
+    assert gx.shape == x.shape and ga.shape == ()
+    got = sg.evaluate([gx, ga], {x: x0, "a": a})
+    want, want_a = _unrolled_grad(f, {"x": x0}, {"a": a})
+    assume(np.all(np.isfinite(got[0])) and np.isfinite(got[1]) and np.all(np.isfinite(want["x"])))
+    np.testing.assert_allclose(got[0], want["x"], rtol=1e-12, atol=1e-12, err_msg=str(f))
+    np.testing.assert_allclose(got[1], want_a[0], rtol=1e-12, atol=1e-12, err_msg=str(f))
+
+
+@pytest.mark.parametrize("case", ["stride", "table", "two_dims", "diagonal", "mlp", "unused"])
+def test_gradients_of_each_kind_of_access(case):
+    rng = np.random.default_rng(3)
+    x, i, j = array("x", 7), index("i", 3), index("j", 2)
+    A, r, c = array("A", (3, 4)), index("r", 3), index("c", 4)
+    if case == "stride":  # two coordinates per point, as in a spring chain
+        f = reduce("sum", (subscript(x, 2 * i + 2) - subscript(x, 2 * i)) ** 2 * subscript(x, 2 * i + 1), i)
+    elif case == "table":  # a gather through connectivity: scattered back
+        T = table([[0, 3], [3, 6], [6, 1]])
+        f = reduce("sum", reduce("sum", sg.sin(subscript(x, subscript(T, (i, j)))) * (j + 1.0), j), i)
+    elif case == "two_dims":
+        f = reduce("sum", reduce("sum", subscript(A, (r, c)) ** 2 * subscript(x, c + 2), c), r)
+    elif case == "diagonal":  # one index in two dimensions: solved once, checked once
+        f = reduce("sum", subscript(A, (r, r + 1)) * subscript(x, r), r)
+    elif case == "mlp":
+        h = tensor(sg.tanh(reduce("sum", subscript(A, (r, c)) * subscript(x, c), c)), r)
+        f = reduce("sum", (subscript(h, r) - subscript(x, r + 4)) ** 2, r) + reduce("max", subscript(h, r), r)
+    else:
+        f = reduce("sum", subscript(x, i) ** 2, i) + sg.Var("a")
+    arrays = {"x": rng.normal(size=7), "A": rng.normal(size=(3, 4))}
+    wrt = [x, A]
+    got = sg.evaluate(sg.grad(f, wrt), {x: arrays["x"], A: arrays["A"], "a": 0.5})
+    want, _ = _unrolled_grad(f, arrays, {"a": 0.5})
+    for g, name in zip(got, ("x", "A")):
+        np.testing.assert_allclose(g, want[name], rtol=1e-12, atol=1e-13, err_msg=case)
+    if case == "table":
+        assert "scatter" in str(sg.grad(f, [x])[0])
+    if case in ("stride", "two_dims", "mlp"):
+        assert "scatter" not in str(sg.grad(f, wrt))
+
+
+def test_the_rosenbrock_gradient_is_one_readable_formula_at_any_size():
+    for n in (6, 10**6):
+        x, i = array("x", n), index("i", n - 1)
+        f = reduce("sum", 100 * (subscript(x, i + 1) - subscript(x, i) ** 2) ** 2 + (1 - subscript(x, i)) ** 2, i)
+        (g,) = sg.grad(f, [x])
+        assert sg.count_nodes(g) < 3 * sg.count_nodes(f)
+    text = str(g)
+    assert text.startswith("tensor(where(x#") and "scatter" not in text and "x[x#" in text
+    x0 = np.linspace(-1, 1, n)
+    want = np.zeros(n)
+    want[:-1] = -400 * x0[:-1] * (x0[1:] - x0[:-1] ** 2) - 2 * (1 - x0[:-1])
+    want[1:] += 200 * (x0[1:] - x0[:-1] ** 2)
+    np.testing.assert_allclose(sg.evaluate(g, {x: x0}), want, rtol=1e-12, atol=1e-9)
