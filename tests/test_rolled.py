@@ -117,8 +117,8 @@ def test_index_ranges():
     (lambda x, i: index("i", 0), ValueError, "the size must be a positive integer"),
     (lambda x, i: array("x", (2, 0)), ValueError, "the shape must be positive integers"),
     (lambda x, i: table([1.5]), TypeError, "a table must be a non-empty integer array"),
-    (lambda x, i: sg.expr.diff.jvp(reduce("sum", subscript(x, i), i), [sg.Var("a")], [1.0]), NotImplementedError,
-     "forward-mode differentiation of rolled expressions"),
+    (lambda x, i: sg.expr.diff.jvp(reduce("sum", subscript(x, i), i), [x], [1.0]), ValueError,
+     r"the tangent of x must be an array of shape \(5,\)"),
     (lambda x, i: sg.grad(reduce("sum", subscript(x, i), i), [sg.Var("a"), sg.Var("a")]), ValueError,
      "more than once"),
     (lambda x, i: sg.compile(reduce("sum", subscript(x, i), i), []), NotImplementedError, "compiling"),
@@ -222,3 +222,49 @@ def test_the_rosenbrock_gradient_is_one_readable_formula_at_any_size():
     want[:-1] = -400 * x0[:-1] * (x0[1:] - x0[:-1] ** 2) - 2 * (1 - x0[:-1])
     want[1:] += 200 * (x0[1:] - x0[:-1] ** 2)
     np.testing.assert_allclose(sg.evaluate(g, {x: x0}), want, rtol=1e-12, atol=1e-9)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=18, max_size=18), st.floats(-1.0, 1.0))
+def test_forward_mode_and_hessian_vector_products_equal_the_unrolled_graphs(fx, values, a):
+    f, x = fx
+    n = x.shape[0]
+    x0 = np.array(values[:n]) + 0.123 * np.arange(n)
+    v0 = np.array(values[9:9 + n])
+    v = array("v", n)
+    point = {x: x0, v: v0, "a": a}
+    directional = sg.expr.diff.jvp(f, [x, sg.Var("a")], [v, 0.5])
+    (g,) = sg.grad(f, [x])
+    hvp = sg.expr.diff.jvp(g, [x], [v])  # forward over reverse
+    names = [sg.Var(f"x[{k}]") for k in range(n)]
+    elements = {**_elements("x", x0), "a": a}
+    u = unroll(f)
+    gu = np.array(sg.evaluate(sg.grad(u, names + [sg.Var("a")]), elements), dtype=float)
+    H = np.array(sg.evaluate(sg.hessian(u, names), elements), dtype=float).reshape(n, n)
+    got = [sg.evaluate(directional, point), sg.evaluate(hvp, point)]
+    want = [gu[:n] @ v0 + 0.5 * gu[n], H @ v0]
+    assume(all(np.all(np.isfinite(w)) for w in want + got))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-11, atol=1e-11, err_msg=str(f))
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-10, err_msg=str(f))
+
+
+@pytest.mark.parametrize("case", ["table", "periodic", "tensor"])
+def test_reverse_over_reverse_equals_the_unrolled_hessian(case):
+    """Second derivatives through the nodes first derivatives make: scatters, guards, gathers."""
+    n = 5
+    x, v, i = array("x", n), array("v", n), index("i", 4)
+    if case == "table":
+        f = reduce("sum", sg.sin(subscript(x, subscript(table([0, 3, 3, 1]), i))) ** 2 * subscript(x, i + 1), i)
+    elif case == "periodic":
+        f = reduce("sum", subscript(x, (i + 2) % n) ** 3 * subscript(x, i), i)
+    else:
+        h = tensor(sg.tanh(subscript(x, i) * subscript(x, i + 1)), i)
+        f = reduce("max", subscript(h, i) * subscript(x, i), i) + reduce("sum", subscript(h, i) ** 2, i)
+    (g,) = sg.grad(f, [x])
+    j = index("j", n)
+    (hv,) = sg.grad(reduce("sum", subscript(g, j) * subscript(v, j), j), [x])
+    rng = np.random.default_rng(5)
+    x0, v0 = rng.normal(size=n), rng.normal(size=n)
+    names = [sg.Var(f"x[{k}]") for k in range(n)]
+    H = np.array(sg.evaluate(sg.hessian(unroll(f), names), _elements("x", x0)), dtype=float)
+    np.testing.assert_allclose(sg.evaluate(hv, {x: x0, v: v0}), H @ v0, rtol=1e-11, atol=1e-12)

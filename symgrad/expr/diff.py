@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import ops, rolled
-from symgrad.expr.build import _as_expr, const
+from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
@@ -80,7 +80,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
         if not k % CHUNK:
             update(min(CHUNK, len(order) - k))
         name = node.op.name
-        if name in ("array", "tensor"):
+        if node.op.array_valued:
             _array_adjoint(node, sites.pop(node, []), adj)
             continue
         g = adj.get(node) if name == "var" else adj.pop(node, None)
@@ -108,12 +108,17 @@ def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
 
 
 def _array_adjoint(node: Expr, sites: list, adj: dict) -> None:
-    """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body."""
+    """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body at its
+    indices, a scatter's to its body at its addresses (tables are constants: nothing)."""
     if node.op.name == "array":
         if sites:
             adj[node] = rolled.gather_adjoint(node, sites)
-    elif sites:
+    elif sites and node.op.name == "tensor":
         _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:]), frozenset(node.args[1:]))
+    elif sites and node.op.name == "scatter":  # its body at I went to position address(I)
+        k = node.payload[1]
+        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k]),
+                    frozenset(node.args[1 + k:]))
 
 
 def _tie_share(node: Expr) -> Expr:
@@ -215,10 +220,13 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
     tans = as_expr_list(tangents)
     if len(tans) != len(flat):
         raise ValueError(f"jvp: {len(flat)} variables but {len(tans)} tangents")
+    for v, t in zip(flat, tans):
+        if v.shape != t.shape or v.op.array_valued != t.op.array_valued:
+            raise ValueError(f"jvp: the tangent of {v} must be {'an array' if v.shape else 'a scalar'} of shape "
+                             f"{v.shape}, got {t} of shape {t.shape}")
     outs = as_expr_list(fs)
     tangent: dict[Expr, Expr] = {v: t for v, t in zip(flat, tans) if t is not _ZERO}
     order = topo_order(outs)
-    rolled.require_scalar(order, "forward-mode differentiation")
     with progress(len(order), "forward mode") as update:
         for k, node in enumerate(order):
             if not k % CHUNK:
@@ -228,7 +236,16 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
 
 
 def _tangent(node: Expr, tangent: dict[Expr, Expr]) -> None:
-    """The tangent of ``node`` from its arguments' (none if they have none)."""
+    """The tangent of ``node`` from its arguments' (none if they have none). Rolled nodes are
+    linear in their first argument: the same node over its tangent (a load from the tangent
+    array; a reduction, tensor or scatter of the body's tangent); max / min weight it by ties."""
+    if node.op.kind == "rolled":
+        t = tangent.get(node.args[0]) if node.args else None
+        if t is not None and node.op.name in _TIES:
+            tangent[node] = rolled.reduce("sum", t * _TIES[node.op.name](node), node.args[1])
+        elif t is not None:
+            tangent[node] = apply(node.op, (t, *node.args[1:]), node.payload)
+        return
     total = None
     for i, arg in enumerate(node.args):
         t = tangent.get(arg)
