@@ -389,8 +389,27 @@ def _settled(condition: Expr) -> bool | None:
 
 def _scatter(arr: Expr, load: Expr, w: Expr) -> Expr:
     """sum over the load's indices of w into position a(I): for addresses solve cannot invert."""
-    bound = tuple(sorted(load.free, key=str))
-    return intern(ops.scatter, (w, *load.args[1:], *bound), (shape_of(arr), len(load.args) - 1))
+    return scatter(w, load.args[1:], tuple(sorted(load.free, key=str)), shape_of(arr))
+
+
+def scatter(body: Expr, addresses: tuple, indices: tuple, shape: tuple) -> Expr:
+    """The array of ``shape`` whose element j is the sum of ``body`` over ``indices`` where the
+    ``addresses`` equal j (a scatter-add; derivatives make it where they cannot gather).
+
+    >>> x, i = array("x", 3), index("i", 4)
+    >>> scatter(x[i % 3], (table([0, 2, 2, 1])[i],), (i,), (3,)).shape
+    (3,)
+    """
+    shape = tuple(int(d) for d in shape)
+    if len(addresses) != len(shape) or not all(isinstance(i, Expr) and i.op.name == "index" for i in indices):
+        raise ValueError(f"scatter: {len(addresses)} addresses for shape {shape}, indices {list(indices)}")
+    for a, n in zip(addresses, shape):
+        lo, hi = value_range(a)
+        if lo < 0 or hi >= n:
+            raise IndexError(f"scatter: the address {a} takes values {lo}..{hi}, outside 0..{n - 1}")
+    if body.free.union(*(a.free for a in addresses)).difference(indices):
+        raise ValueError(f"scatter: the body or addresses vary over indices beyond {list(indices)}")
+    return intern(ops.scatter, (body, *addresses, *indices), (shape, len(addresses)))
 
 
 def require_scalar(order: list[Expr], what: str) -> None:

@@ -211,11 +211,11 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
         if not (isinstance(payload, str) and payload and payload.isprintable()):
             raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): a variable needs a "
                               "printable name")
-    elif name in _ROLLED_LEAVES:
-        payload = _rolled_leaf(k, name, payload)
+    elif name in _ROLLED_FORMS:
+        payload = _rolled_payload(k, name, payload)
     elif payload is not None:
         raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
-                          "index, array and table have one")
+                          "index, array, table and scatter have one")
     arguments = tuple(built[i] for i in args)
     try:  # rolled nodes are built through their checked constructors: ranges, bound indices
         if name == "load":
@@ -224,6 +224,9 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
             return rolled.tensor(*arguments)
         if name in ("sum", "max", "min"):
             return rolled.reduce(name, *arguments)
+        if name == "scatter":
+            shape, n_addresses = payload
+            return rolled.scatter(arguments[0], arguments[1:1 + n_addresses], arguments[1 + n_addresses:], shape)
         if name in _ROLLED_LEAVES:
             return _ROLLED_LEAVES[name](*payload)
     except (TypeError, ValueError, IndexError) as e:
@@ -235,10 +238,15 @@ _ROLLED_LEAVES = {"index": rolled.index, "array": rolled.array,
                   "table": lambda shape, values: rolled.table(np.array(values, dtype=np.int64).reshape(shape))}
 
 
-def _rolled_leaf(k: int, name: str, payload: Any) -> tuple:
-    """An index's (name, size), an array's (name, shape) or a table's (shape, values), as written."""
+def _rolled_payload(k: int, name: str, payload: Any) -> tuple:
+    """An index's (name, size), an array's (name, shape), a table's (shape, values) or a scatter's
+    (shape, number of addresses), as written."""
     ok = isinstance(payload, list) and len(payload) == 2
-    if ok and name == "index":
+    if ok and name == "scatter":
+        ok = isinstance(payload[0], list) and all(type(d) is int for d in payload[0]) and type(payload[1]) is int
+        if ok:
+            return tuple(payload[0]), payload[1]
+    elif ok and name == "index":
         ok = isinstance(payload[0], str) and type(payload[1]) is int
     elif ok and name == "array":
         shape = payload[1]
@@ -253,4 +261,5 @@ def _rolled_leaf(k: int, name: str, payload: Any) -> tuple:
     return tuple(payload)
 
 
-_ROLLED_FORMS = {"index": "[name, size]", "array": "[name, [shape]]", "table": "[[shape], [integer values]]"}
+_ROLLED_FORMS = {"index": "[name, size]", "array": "[name, [shape]]", "table": "[[shape], [integer values]]",
+                 "scatter": "[[shape], number of addresses]"}
