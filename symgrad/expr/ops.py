@@ -274,13 +274,26 @@ stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy="
 # interp.Rolled, which knows the axes and whether elements are numbers or expressions (unroll).
 
 
-def _indices(k: int) -> tuple:  # arguments 1 .. k-1, comma-separated
-    return sum((((j, 0), ", ") for j in range(1, k)), ())[:-1]
+def _indices(node: Any) -> tuple:  # arguments 1 .. k-1, comma-separated
+    return sum((((j, 0), ", ") for j in range(1, len(node.args))), ())[:-1]
+
+
+def _ranges(node: Any, first: int) -> tuple:  # i=0..3, j=0..1: the index arguments from ``first``, bound
+    bound = range(first, len(node.args))
+    return sum((((k, 0), f"=0..{node.args[k].payload[1] - 1}", ", ") for k in bound), ())[:-1]
+
+
+def _reduction_latex(node: Any) -> tuple:  # \sum_{i=0}^{3} body, \max_{0 \le i \le 3} body
+    last = node.args[1].payload[1] - 1
+    if node.op.name == "sum":
+        return (r"\sum_{", (1, 0), f"=0}}^{{{last}}} ", (0, ADD))
+    return (rf"\{node.op.name}_{{0 \le ", (1, 0), rf" \le {last}}} ", (0, ADD))
 
 
 def _reduction(name: str) -> Op:
-    return _row(name, 2, None, None, kind="rolled", binds=True, template=(f"{name}(", (0, 0), ", ", (1, 0), ")"),
-                latex=(rf"\{name}_{{", (1, 0), "} ", (0, ADD)), latex_prec=ADD,
+    return _row(name, 2, None, None, kind="rolled", binds=True,
+                template=lambda node: (f"{name}(", (0, 0), ", ", *_ranges(node, 1), ")"),
+                latex=_reduction_latex, latex_prec=ADD,
                 evaluate=lambda node, args, ctx: ctx.reduce(name, args[0], node.args[1]),
                 doc=f"{name} over an index range of a body that may use the index")
 
@@ -293,20 +306,21 @@ array = _row("array", 0, None, None, kind="rolled", array_valued=True,
 table = _row("table", 0, None, None, kind="rolled", array_valued=True,
              doc="a constant integer array (payload: shape, values)",
              evaluate=lambda node, args, ctx: np.array(node.payload[1], dtype=float).reshape(node.payload[0]))
-load = _row("load", -1, None, None, kind="rolled", template=lambda k: ((0, ATOM), "[", *_indices(k), "]"),
-            latex=lambda k: ((0, ATOM), "_{", *_indices(k), "}"),
+load = _row("load", -1, None, None, kind="rolled", template=lambda node: ((0, ATOM), "[", *_indices(node), "]"),
+            latex=lambda node: ((0, ATOM), "_{", *_indices(node), "}"),
             evaluate=lambda node, args, ctx: ctx.load(args[0], args[1:]),
             doc="an element of an array at index expressions: x[i + 1, j]")
 sum_ = _reduction("sum")
 max_ = _reduction("max")
 min_ = _reduction("min")
 tensor = _row("tensor", -1, None, None, kind="rolled", array_valued=True, binds=True,
-              template=lambda k: ("tensor(", *call_template("", k, "")[1:-1], ")"),
-              latex=lambda k: (r"\left[", (0, 0), r"\right]_{", *_indices(k), "}"),
+              template=lambda node: ("tensor(", (0, 0), ", ", *_ranges(node, 1), ")"),
+              latex=lambda node: (r"\left[", (0, 0), r"\right]_{", *_indices(node), "}"),
               evaluate=lambda node, args, ctx: ctx.materialise(args[0], node.args[1:]),
               doc="the array whose element at the index arguments is the body")
 scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, binds=True,
-               template=lambda k: ("scatter(", *call_template("", k, "")[1:-1], ")"),
+               template=lambda node: ("scatter(", *call_template("", 1 + node.payload[1], "")[1:-1], ", ",
+                                      *_ranges(node, 1 + node.payload[1]), ")"),
                evaluate=lambda node, args, ctx: ctx.scatter(node, args),
                doc="the array of sums of a body into addresses over bound indices (payload: shape, "
                    "number of addresses); args: body, addresses, indices")

@@ -12,6 +12,8 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import ATOM, MUL, NEG, POW, call_template
 from symgrad.expr.traverse import as_expr_list, topo_order
@@ -55,8 +57,9 @@ def _leaf(node: Expr, latex: bool) -> tuple[str, int]:
     if name == "var" or name == "index" or name == "array":
         label = node.payload if name == "var" else node.payload[0]
         return (_latex_name(label) if latex else label), ATOM
-    if name == "table":
-        return f"table{list(node.payload[0])}", ATOM
+    if name == "table":  # a small one by its values, a large one by its shape
+        shape, values = node.payload
+        return (str(np.array(values).reshape(shape).tolist()) if len(values) <= 8 else f"table{shape}"), ATOM
     v = node.payload
     text = _number(v, latex)
     return text, NEG if math.copysign(1, v) < 0 else MUL if r"\cdot" in text else ATOM
@@ -68,8 +71,8 @@ def _template(node: Expr, latex: bool) -> tuple[tuple, int]:
     if tpl is None:
         tpl = call_template(rf"\operatorname{{{op.name}}}\left(", op.arity, r"\right)") if latex else \
             call_template(op.name + "(", op.arity, ")")
-    if callable(tpl):  # rolled rows with any number of arguments (x[i, j], tensor(body, i, j))
-        tpl = tpl(len(node.args))
+    if callable(tpl):  # rolled rows: any number of arguments (x[i, j]), index ranges (sum(..., i=0..8))
+        tpl = tpl(node)
     prec = op.latex_prec if latex and op.latex_prec is not None else op.prec
     if latex and any(isinstance(p, str) and "^{" in p for p in tpl):
         return tpl, min(prec, POW)  # a superscript (e^{x}) as a power's base needs parentheses

@@ -167,7 +167,7 @@ def reduce(name: str, body: Any, i: Expr) -> Expr:
 
     >>> x, i = array("x", 3), index("i", 3)
     >>> reduce("sum", x[i] ** 2, i)
-    sum(x[i]**2, i)
+    sum(x[i]**2, i=0..2)
     """
     if not (isinstance(i, Expr) and i.op.name == "index"):
         raise TypeError(f"{name}: reduce over an index symbol (sg.index), got {i!r}")
@@ -326,7 +326,7 @@ def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
 
     >>> x, y, i = array("x", 3), array("y", 3), index("i", 3)
     >>> substitute_indices(x[i] * reduce("sum", y[i], i), {i: 2 - i})
-    x[2 - i]*sum(y[i], i)
+    x[2 - i]*sum(y[i], i=0..2)
     """
     keys = frozenset(mapping)
     new = dict(mapping)
