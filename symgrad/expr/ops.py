@@ -283,15 +283,16 @@ def _ranges(node: Any, first: int) -> tuple:  # i=0..3, j=0..1: the index argume
     return sum((((k, 0), f"=0..{node.args[k].payload[1] - 1}", ", ") for k in bound), ())[:-1]
 
 
-def _reduction_latex(node: Any) -> tuple:  # \sum_{i=0}^{3} body, \max_{0 \le i \le 3} body
+def _reduction_latex(node: Any) -> tuple:  # \sum_{i=0}^{3} body, \max_{0 \leq i \leq 3} body
     last = node.args[1].payload[1] - 1
     if node.op.name == "sum":
         return (r"\sum_{", (1, 0), f"=0}}^{{{last}}} ", (0, ADD))
-    return (rf"\{node.op.name}_{{0 \le ", (1, 0), rf" \le {last}}} ", (0, ADD))
+    return (rf"\{node.op.name}_{{0 \leq ", (1, 0), rf" \leq {last}}} ", (0, ADD))
 
 
 def _reduction(name: str) -> Op:
-    return _row(name, 2, None, None, kind="rolled", binds=True,
+    to_sympy = (lambda body, i: sympy.Sum(body, (i, i.lower, i.upper))) if name == "sum" else None
+    return _row(name, 2, None, None, kind="rolled", binds=True, to_sympy=to_sympy,
                 template=lambda node: (f"{name}(", (0, 0), ", ", *_ranges(node, 1), ")"),
                 latex=_reduction_latex, latex_prec=ADD,
                 evaluate=lambda node, args, ctx: ctx.reduce(name, args[0], node.args[1]),
@@ -306,7 +307,8 @@ array = _row("array", 0, None, None, kind="rolled", array_valued=True,
 table = _row("table", 0, None, None, kind="rolled", array_valued=True,
              doc="a constant integer array (payload: shape, values)",
              evaluate=lambda node, args, ctx: np.array(node.payload[1], dtype=float).reshape(node.payload[0]))
-load = _row("load", -1, None, None, kind="rolled", template=lambda node: ((0, ATOM), "[", *_indices(node), "]"),
+load = _row("load", -1, None, None, kind="rolled", to_sympy=lambda arr, *address: arr[address],
+            template=lambda node: ((0, ATOM), "[", *_indices(node), "]"),
             latex=lambda node: ((0, ATOM), "_{", *_indices(node), "}"),
             evaluate=lambda node, args, ctx: ctx.load(args[0], args[1:]),
             doc="an element of an array at index expressions: x[i + 1, j]")
@@ -314,8 +316,9 @@ sum_ = _reduction("sum")
 max_ = _reduction("max")
 min_ = _reduction("min")
 tensor = _row("tensor", -1, None, None, kind="rolled", array_valued=True, binds=True,
+              to_sympy=lambda body, *indices: sympy.Lambda(indices, body),
               template=lambda node: ("tensor(", (0, 0), ", ", *_ranges(node, 1), ")"),
-              latex=lambda node: (r"\left[", (0, 0), r"\right]_{", *_indices(node), "}"),
+              latex=lambda node: (r"\left[", (0, 0), r"\right]_{", *_indices(node), "}"), latex_prec=POW,
               evaluate=lambda node, args, ctx: ctx.materialise(args[0], node.args[1:]),
               doc="the array whose element at the index arguments is the body")
 scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, binds=True,

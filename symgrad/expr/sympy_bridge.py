@@ -33,14 +33,23 @@ def to_sympy(exprs: Any) -> Any:
     >>> x, y = sg.symbols("x y")
     >>> sg.to_sympy(x * y + sg.sin(x))
     x*y + sin(x)
+
+    Rolled expressions become SymPy's indexed forms: ``Sum`` over an ``Idx``, ``IndexedBase``
+    loads, and a ``Lambda`` of the indices for a tensor (max / min over an index, tables and
+    scatters have none: unroll first).
     """
     roots = as_expr_list(exprs)
     done: dict[Expr, Any] = {}
     for node in topo_order(roots):
-        if node.op.name == "var":
+        name = node.op.name
+        if name == "var":
             done[node] = sympy.Symbol(node.payload, real=True)
-        elif node.op.name == "const":
+        elif name == "const":
             done[node] = _sympy_const(node.payload)
+        elif name in _LEAVES:
+            done[node] = _LEAVES[name](*node.payload)
+        elif node.op.to_sympy is None:
+            raise TypeError(f"to_sympy: {name} nodes have no SymPy form (use unroll(...) first)")
         else:
             done[node] = _sympy_function(node.op)(*(done[a] for a in node.args))
     return _like(exprs, [done[r] for r in roots])
@@ -61,6 +70,11 @@ def _pow(base: Expr, ex: Expr) -> Expr:
     if ex is const(-1.0):
         return 1.0 / base
     return base**ex
+
+
+# Rolled leaves: an index is a SymPy Idx over its range, an array an IndexedBase of its shape.
+_LEAVES = {"index": lambda name, n: sympy.Idx(name, n),
+           "array": lambda name, shape: sympy.IndexedBase(name, shape)}
 
 
 class StopGradient(sympy.Function):
