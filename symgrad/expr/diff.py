@@ -125,7 +125,8 @@ def _tie_share(node: Expr) -> Expr:
     """max / min over an index: the adjoint goes to the elements equal to the result, split evenly."""
     body, i = node.args
     hit = ops.where(body == node, 1.0, 0.0)
-    return hit / rolled.reduce("sum", hit, i)
+    k = rolled.fresh_index(i)  # the count sums over its own index: hit varies over i where it is used
+    return hit / rolled.reduce("sum", rolled.substitute_indices(hit, {i: k}), k)
 
 
 _TIES = {"max": _tie_share, "min": _tie_share}

@@ -275,6 +275,11 @@ def _fresh_indices(x: Expr) -> tuple:
     return tuple(index(f"{x.payload[0]}#{next(_FRESH)}", n) for n in shape_of(x))
 
 
+def fresh_index(i: Expr) -> Expr:
+    """A new index symbol over the same range as ``i`` (named ``i#7``: no user index is)."""
+    return index(f"{i.payload[0].split('#')[0]}#{next(_FRESH)}", i.payload[1])
+
+
 def gather_adjoint(x: Expr, sites: list) -> Expr:
     """The adjoint of the input array ``x`` from its loads' adjoints: a tensor over fresh indices."""
     targets = _fresh_indices(x)
@@ -321,21 +326,32 @@ def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
 
 
 def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
-    """``e`` with free occurrences of index symbols replaced: a node where none of them is free (a
-    tensor, a reduction that binds one) is kept as it is, so a bound index is never captured.
+    """``e`` with the free occurrences of index symbols replaced (never a bound one: inside a
+    reduction, tensor or scatter the indices it binds are left alone, so nothing is captured).
 
     >>> x, y, i = array("x", 3), array("y", 3), index("i", 3)
-    >>> substitute_indices(x[i] * reduce("sum", y[i], i), {i: 2 - i})
-    x[2 - i]*sum(y[i], i=0..2)
+    >>> substitute_indices(x[i] * reduce("sum", y[i] * x[i], i), {i: 2 - i})
+    x[2 - i]*sum(y[i]*x[i], i=0..2)
     """
-    keys = frozenset(mapping)
-    new = dict(mapping)
-    for node in topo_order([e]):
-        if node in new or not keys.intersection(node.free):
+    done: dict[tuple, Expr] = {}
+    stack = [(e, frozenset(mapping), False)]
+    while stack:
+        node, keys, ready = stack.pop()
+        if (node, keys) in done:
             continue
-        args = tuple(new.get(a, a) for a in node.args)
-        new[node] = apply(node.op, args, node.payload)
-    return new.get(e, e)
+        if not keys.intersection(node.free):
+            done[node, keys] = node
+            continue
+        if node in keys:
+            done[node, keys] = mapping[node]
+            continue
+        inner = keys.difference(node.args[1:]) if node.op.binds else keys
+        if not ready:
+            stack.append((node, keys, True))
+            stack += [(a, inner, False) for a in node.args]
+            continue
+        done[node, keys] = apply(node.op, tuple(done[a, inner] for a in node.args), node.payload)
+    return done[e, frozenset(mapping)]
 
 
 def canonical(e: Expr) -> Expr:

@@ -1,0 +1,240 @@
+"""Rolled expressions -> Numba loops (being built, issue 11).
+
+One fused loop nest per materialised array (a ``tensor`` or ``scatter``) and for the scalar
+outputs; a reduction is an inner loop with an accumulator. Each value is computed in the
+outermost loop where every index it varies over is bound, so loop-invariant work is hoisted;
+index arithmetic stays in integers. The kernel reads its inputs from one flat vector ``x``
+(arrays raveled, then scalars) and writes its array outputs into ``out``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from numba import types
+
+from symgrad.compile import cache
+from symgrad.compile.numba_backend import _literal
+from symgrad.expr.node import Expr
+from symgrad.expr.ops import OPS
+from symgrad.expr.rolled import fresh_index, substitute_indices, value_range
+from symgrad.expr.traverse import topo_order
+
+_INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
+                "mod": "({0} % {1})", "floor_divide": "({0} // {1})"}
+_COMBINE = {"sum": "{0} + {1}", "max": OPS["maximum"].numba, "min": OPS["minimum"].numba}
+_START = {"sum": "0.0", "max": "-math.inf", "min": "math.inf"}
+
+
+class _Region:
+    """A loop body (or the kernel's top level): the indices bound there, its lines, its names."""
+
+    def __init__(self, parent: _Region | None, bound: frozenset, loops: dict) -> None:
+        self.parent, self.bound, self.loops = parent, bound, loops  # loops: index -> loop variable
+        self.lines: list[str] = []
+        self.names: dict[Expr, str] = {}
+
+    def chain(self) -> list[_Region]:
+        out, r = [], self
+        while r is not None:
+            out.append(r)
+            r = r.parent
+        return out[::-1]  # outermost first
+
+    def lookup(self, node: Expr) -> str | None:
+        r = self
+        while r is not None:
+            if node in r.names:
+                return r.names[node]
+            r = r.parent
+        return None
+
+
+class _Emitter:
+    def __init__(self, buffers: dict[Expr, str], scalars: dict[Expr, str]) -> None:
+        self.buffers, self.scalars = buffers, scalars  # array nodes -> buffer names; vars -> x[k]
+        self.count = 0
+        self.children: dict[tuple, _Region] = {}
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def value(self, root: Expr, region: _Region) -> str:
+        """The name (or literal) of ``root``'s value in ``region``, emitting what it needs."""
+        stack = [(root, region, False)]
+        while stack:
+            node, reg, expanded = stack.pop()
+            if self._known(node, reg) is not None:
+                continue
+            home = next(r for r in reg.chain() if r.bound >= node.free)
+            name = node.op.name
+            if name in ("sum", "max", "min"):
+                if not expanded:
+                    body, i = node.args
+                    if i in home.bound:  # the index is bound outside already: this loop gets its own
+                        j = fresh_index(i)
+                        body, i = substitute_indices(body, {i: j}), j
+                    loops = {**home.loops, i: self.fresh("i")}
+                    child = _Region(home, home.bound | {i}, loops)
+                    self.children[(node, id(reg))] = (child, body, i)
+                    stack += [(node, reg, True), (body, child, False)]
+                else:
+                    self._reduce(node, home, *self.children.pop((node, id(reg))))
+                continue
+            if not expanded:
+                stack.append((node, reg, True))
+                stack += [(a, reg, False) for a in node.args if not a.op.array_valued and
+                          self._known(a, reg) is None]
+                continue
+            text = self._expression(node, reg)
+            home.names[node] = self.fresh("v")
+            home.lines.append(f"{home.names[node]} = {text}")
+        return self._known(root, region)
+
+    def _known(self, node: Expr, reg: _Region) -> str | None:
+        name = node.op.name
+        if name == "const":
+            return _literal(float(node.payload))
+        if name == "index":
+            return reg.loops.get(node)
+        if name == "var":
+            return self.scalars[node]
+        return reg.lookup(node)
+
+    def _expression(self, node: Expr, reg: _Region) -> str:
+        args = [self._operand(a, reg) for a in node.args]
+        name = node.op.name
+        if name == "load":
+            arr = self.buffers[node.args[0]]
+            addresses = [self._clamped(a, n, reg) for a, n in zip(node.args[1:], node.args[0].shape)]
+            return f"{arr}[{', '.join(addresses)}]"
+        if _integral(node) and name in _INTEGER_OPS:
+            return _INTEGER_OPS[name].format(*(self._address(a, reg) for a in node.args))
+        return node.op.numba.format(*args)
+
+    def _operand(self, a: Expr, reg: _Region) -> str:
+        return "" if a.op.array_valued else self._known(a, reg)
+
+    def _clamped(self, a: Expr, n: int, reg: _Region) -> str:
+        """A load's address, clamped into the array where its range leaves it: only derivatives make
+        such loads, in the branch a guard does not take (users' loads are range-checked when built)."""
+        text = self._address(a, reg)
+        lo, hi = value_range(a)
+        return text if 0 <= lo and hi < n else f"min(max({text}, 0), {n - 1})"
+
+    def _address(self, a: Expr, reg: _Region) -> str:
+        """An index expression as an integer (constants as int literals)."""
+        if a.op.name == "const":
+            return str(int(a.payload))
+        return self._known(a, reg)
+
+    def _reduce(self, node: Expr, home: _Region, child: _Region, body: Expr, i: Expr) -> None:
+        value = self.value(body, child)
+        acc = self.fresh("a")
+        kind = node.op.name
+        child.lines.append(f"{acc} = {_COMBINE[kind].format(acc, value)}")
+        home.lines.append(f"{acc} = {_START[kind]}")
+        home.lines.append(f"for {child.loops[i]} in range({i.payload[1]}):")
+        home.lines += ["    " + line for line in child.lines]
+        home.names[node] = acc
+
+
+def _integral(node: Expr) -> bool:
+    """Index arithmetic: built from index symbols, integer constants and tables only."""
+    for n in topo_order([node]):
+        if n.op.name in ("var", "array", "tensor", "scatter") or n.op.name == "const" and \
+                not float(n.payload).is_integer():
+            return False
+        if n.op.name not in ("index", "const", "table", "load") and n.op.name not in _INTEGER_OPS:
+            return False
+    return True
+
+
+def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str:
+    """A Numba module whose ``kernel(x, out)`` returns ``outputs[0]`` (a scalar) and writes the
+    others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` (arrays
+    raveled, scalars) in order.
+
+    >>> import symgrad as sg
+    >>> from symgrad.expr.rolled import array, index, reduce
+    >>> x, i = array("x", 3), index("i", 3)
+    >>> print(source([reduce("sum", x[i] ** 2, i)], [x]).split("def kernel")[1].strip())
+    (x, out):
+        b1 = x[0:3].reshape((3,))
+        a5 = 0.0
+        for i2 in range(3):
+            v3 = b1[i2]
+            v4 = v3 ** 2.0
+            a5 = a5 + v4
+        return a5
+    """
+    lines, buffers, scalars, head, offset = [], {}, {}, [], 0
+    emitter = _Emitter(buffers, scalars)
+    for v in inputs:
+        size = math.prod(v.shape) if v.op.name == "array" else 1
+        if v.op.name == "array":
+            buffers[v] = emitter.fresh("b")
+            lines.append(f"{buffers[v]} = x[{offset}:{offset + size}].reshape({v.shape!r})")
+        else:
+            scalars[v] = f"x[{offset}]"
+        offset += size
+    order = topo_order(outputs)
+    for k, t in enumerate(n for n in order if n.op.name == "table"):
+        buffers[t] = f"TABLE{k}"
+        head.append(f"TABLE{k} = np.array({list(t.payload[1])}, dtype=np.int64).reshape({tuple(t.payload[0])!r})")
+    out_offsets, offset = {}, 0
+    for r in outputs[1:]:
+        out_offsets[r] = offset
+        offset += math.prod(r.shape) if r.op.array_valued else 1
+    top = _Region(None, frozenset(), {})
+    for node in order:  # materialise arrays, arguments before users
+        if node.op.name in ("tensor", "scatter"):
+            buffers[node] = emitter.fresh("t")
+            start = out_offsets.get(node)
+            where = (f"out[{start}:{start + math.prod(node.shape)}].reshape({node.shape!r})"
+                     if start is not None else f"np.empty({node.shape!r})")
+            top.lines.append(f"{buffers[node]} = {where}")
+            _materialise(node, buffers[node], emitter, top)
+    for r in outputs[1:]:
+        if not r.op.array_valued:
+            top.lines.append(f"out[{out_offsets[r]}] = {emitter.value(r, top)}")
+    ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
+    body = "\n".join("    " + line for line in lines + top.lines + [f"return {ret}"])
+    return ("import math\n\nimport numba\nimport numpy as np\n\n" + "".join(h + "\n" for h in head) +
+            f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, out):\n{body}\n")
+
+
+def _materialise(node: Expr, buffer: str, emitter: _Emitter, top: _Region) -> None:
+    """The loop nest filling a tensor (element at its indices) or a scatter (adding at addresses)."""
+    if node.op.name == "tensor":
+        indices, k = node.args[1:], 0
+    else:
+        k = node.payload[1]
+        indices = node.args[1 + k:]
+        top.lines.append(f"{buffer}[...] = 0.0")
+    loops = {}
+    for i in indices:
+        loops[i] = emitter.fresh("i")
+    inner = _Region(top, frozenset(indices), loops)
+    value = emitter.value(node.args[0], inner)
+    if node.op.name == "tensor":
+        target = f"{buffer}[{', '.join(loops[i] for i in indices)}]"
+        inner.lines.append(f"{target} = {value}")
+    else:
+        addresses = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
+                              for a in node.args[1:1 + k])
+        inner.lines.append(f"{buffer}[{addresses}] += {value}")
+    for depth, i in enumerate(indices):
+        top.lines.append("    " * depth + f"for {loops[i]} in range({i.payload[1]}):")
+    top.lines += ["    " * len(indices) + line for line in inner.lines]
+
+
+def compile_kernel(outputs: list[Expr], inputs: list[Expr]) -> Any:
+    """The compiled ``kernel(x, out) -> value`` for rolled ``outputs`` (see :func:`source`),
+    for C-contiguous float64 vectors, through the disk cache."""
+    text = source(outputs, inputs)
+    module = cache.load(f"loops_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
+    return cache.typed(module, "kernel", (types.float64[::1], types.float64[::1]))
