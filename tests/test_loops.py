@@ -2,6 +2,9 @@
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from rolled_graphs import nested_sums
 
 import symgrad as sg
 from symgrad.compile import loops
@@ -56,3 +59,15 @@ def test_an_index_bound_again_inside_its_binder_gets_its_own_loop():
     rng = np.random.default_rng(2)
     text = _check(f, {x: rng.normal(size=3), y: rng.normal(size=3)}, {})
     assert text.count("for ") >= 4
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(nested_sums(), st.data())
+def test_random_nested_bodies_compile_to_the_interpreters_values(fAx, data):
+    """Sparingly (each example compiles): random two-level bodies, value and gradients."""
+    f, A, x = fAx
+    A0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=A.size, max_size=A.size))).reshape(A.shape)
+    x0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=x.size, max_size=x.size)))
+    want = sg.evaluate([f, *sg.grad(f, [A, x])], {A: A0, x: x0})
+    assume(all(np.all(np.isfinite(w)) for w in want))
+    _check(f, {A: A0, x: x0}, {})

@@ -6,9 +6,9 @@ import pickle
 
 import numpy as np
 import pytest
-from graphs import VARS, dags
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from rolled_graphs import elements, nested_sums, rolled_sums, tied, unrolled_grad
 from sympy_ref import close
 
 import symgrad as sg
@@ -17,42 +17,13 @@ from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor, 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-def _elements(name: str, values: np.ndarray) -> dict:
-    """The unrolled graph's variables x[0], x[1, 2], ... with the array's values."""
-    return {f"{name}[{', '.join(map(str, k))}]": float(values[k]) for k in np.ndindex(values.shape)}
-
-
-@st.composite
-def rolled_sums(draw):
-    """sum over i of a random body whose variables are loads at random affine / periodic offsets."""
-    n = draw(st.integers(1, 7))
-    x = array("x", n + 2)
-    i = index("i", n)
-    offset, stride = draw(st.integers(0, 2)), draw(st.sampled_from([1, -1]))
-    sites = [subscript(x, i + offset) if stride > 0 else subscript(x, (n - 1 - i) + offset),
-             subscript(x, (i + draw(st.integers(0, 5))) % (n + 2)), sg.Var("a")]
-    body = sg.substitute(draw(dags(max_ops=6)), dict(zip(VARS, sites)))
-    kind = draw(st.sampled_from(["sum", "max", "min"]))
-    return reduce(kind, body, i) + sg.sin(sg.Var("a")), x
-
-
-def _tied(f, point) -> bool:
-    """Whether a max / min in f has equal elements at the point (a kink: conventions differ)."""
-    for node in sg.expr.traverse.topo_order([f]):
-        if node.op.name in ("max", "min"):
-            values = sg.evaluate(tensor(node.args[0] * 1.0 + 0.0 * node.args[1], node.args[1]), point)
-            if len(np.unique(values)) < len(values):
-                return True
-    return False
-
-
 @settings(max_examples=120, **SETTINGS)
 @given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
 def test_rolled_values_equal_the_unrolled_graph(fx, values, a):
     f, x = fx
     x0 = np.array(values[: x.shape[0]]) + 0.123
     got = sg.evaluate(f, {x: x0, "a": a})
-    want = sg.evaluate(unroll(f), {**_elements("x", x0), "a": a})
+    want = sg.evaluate(unroll(f), {**elements("x", x0), "a": a})
     assume(np.isfinite(got) and np.isfinite(want))
     assert close(got, want, rtol=1e-12, atol=1e-12), (str(f), got, want)
 
@@ -69,7 +40,7 @@ def test_two_dimensional_contractions_equal_numpy_and_unroll(m, k, data):
     np.testing.assert_allclose(sg.evaluate(y, {A: A0, v: v0}), A0 @ v0, rtol=1e-13, atol=1e-15)
     want = np.sum(np.tanh(A0 @ v0) ** 2) + v0.max()
     assert math.isclose(sg.evaluate(loss, {A: A0, v: v0}), want, rel_tol=1e-12, abs_tol=1e-14)
-    unrolled = sg.evaluate(unroll(loss), {**_elements("A", A0), **_elements("v", v0)})
+    unrolled = sg.evaluate(unroll(loss), {**elements("A", A0), **elements("v", v0)})
     assert math.isclose(unrolled, want, rel_tol=1e-12, abs_tol=1e-14)
 
 
@@ -158,32 +129,16 @@ def test_saving_and_pickling_rolled_expressions():
         sg.loads(json.dumps(doc))
 
 
-def _unrolled_grad(f, arrays: dict, scalars: dict):
-    """Gradient of unroll(f) at the point, shaped like each array (the oracle)."""
-    variables, point = [], dict(scalars)
-    for name, value in arrays.items():
-        point.update(_elements(name, value))
-    for name, value in arrays.items():
-        variables += [sg.Var(f"{name}[{', '.join(map(str, k))}]") for k in np.ndindex(value.shape)]
-    variables += [sg.Var(name) for name in scalars]
-    flat = np.array(sg.evaluate(sg.grad(unroll(f), variables), point), dtype=float)
-    out, k = {}, 0
-    for name, value in arrays.items():
-        out[name] = flat[k:k + value.size].reshape(value.shape)
-        k += value.size
-    return out, flat[k:]
-
-
 @settings(max_examples=120, **SETTINGS)
 @given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
 def test_rolled_gradients_equal_the_unrolled_graphs(fx, values, a):
     f, x = fx
     x0 = np.array(values[: x.shape[0]]) + 0.123 * np.arange(x.shape[0])  # distinct: max/min without ties
-    assume(not _tied(f, {x: x0, "a": a}))
+    assume(not tied(f, {x: x0, "a": a}))
     gx, ga = sg.grad(f, [x, sg.Var("a")])
     assert gx.shape == x.shape and ga.shape == ()
     got = sg.evaluate([gx, ga], {x: x0, "a": a})
-    want, want_a = _unrolled_grad(f, {"x": x0}, {"a": a})
+    want, want_a = unrolled_grad(f, {"x": x0}, {"a": a})
     assume(np.all(np.isfinite(got[0])) and np.isfinite(got[1]) and np.all(np.isfinite(want["x"])))
     np.testing.assert_allclose(got[0], want["x"], rtol=1e-12, atol=1e-12, err_msg=str(f))
     np.testing.assert_allclose(got[1], want_a[0], rtol=1e-12, atol=1e-12, err_msg=str(f))
@@ -211,7 +166,7 @@ def test_gradients_of_each_kind_of_access(case):
     arrays = {"x": rng.normal(size=7), "A": rng.normal(size=(3, 4))}
     wrt = [x, A]
     got = sg.evaluate(sg.grad(f, wrt), {x: arrays["x"], A: arrays["A"], "a": 0.5})
-    want, _ = _unrolled_grad(f, arrays, {"a": 0.5})
+    want, _ = unrolled_grad(f, arrays, {"a": 0.5})
     for g, name in zip(got, ("x", "A")):
         np.testing.assert_allclose(g, want[name], rtol=1e-12, atol=1e-13, err_msg=case)
     if case == "table":
@@ -247,15 +202,15 @@ def test_forward_mode_and_hessian_vector_products_equal_the_unrolled_graphs(fx, 
     v0 = np.array(values[9:9 + n])
     v = array("v", n)
     point = {x: x0, v: v0, "a": a}
-    assume(not _tied(f, point))
+    assume(not tied(f, point))
     directional = sg.expr.diff.jvp(f, [x, sg.Var("a")], [v, 0.5])
     (g,) = sg.grad(f, [x])
     hvp = sg.expr.diff.jvp(g, [x], [v])  # forward over reverse
     names = [sg.Var(f"x[{k}]") for k in range(n)]
-    elements = {**_elements("x", x0), "a": a}
+    scalar_point = {**elements("x", x0), "a": a}
     u = unroll(f)
-    gu = np.array(sg.evaluate(sg.grad(u, names + [sg.Var("a")]), elements), dtype=float)
-    H = np.array(sg.evaluate(sg.hessian(u, names), elements), dtype=float).reshape(n, n)
+    gu = np.array(sg.evaluate(sg.grad(u, names + [sg.Var("a")]), scalar_point), dtype=float)
+    H = np.array(sg.evaluate(sg.hessian(u, names), scalar_point), dtype=float).reshape(n, n)
     got = [sg.evaluate(directional, point), sg.evaluate(hvp, point)]
     want = [gu[:n] @ v0 + 0.5 * gu[n], H @ v0]
     assume(all(np.all(np.isfinite(w)) for w in want + got))
@@ -281,7 +236,7 @@ def test_reverse_over_reverse_equals_the_unrolled_hessian(case):
     rng = np.random.default_rng(5)
     x0, v0 = rng.normal(size=n), rng.normal(size=n)
     names = [sg.Var(f"x[{k}]") for k in range(n)]
-    H = np.array(sg.evaluate(sg.hessian(unroll(f), names), _elements("x", x0)), dtype=float)
+    H = np.array(sg.evaluate(sg.hessian(unroll(f), names), elements("x", x0)), dtype=float)
     np.testing.assert_allclose(sg.evaluate(hv, {x: x0, v: v0}), H @ v0, rtol=1e-11, atol=1e-12)
 
 
@@ -314,3 +269,19 @@ def test_latex_of_rolled_expressions_parses_in_mathtext():
     y = tensor(reduce("sum", subscript(A, (r, c)) * subscript(x, c), c), r)
     for e in (f, sg.grad(f, [x])[0], y, reduce("min", subscript(y, r), r) ** 2):
         mathtext.parse(f"${sg.latex(e)}$")
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(nested_sums(), st.data())
+def test_nested_rolled_gradients_equal_the_unrolled_graphs(fAx, data):
+    f, A, x = fAx
+    A0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=A.size, max_size=A.size))).reshape(A.shape)
+    x0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=x.size, max_size=x.size)))
+    A0, x0 = A0 + 0.01 * np.arange(A.size).reshape(A.shape), x0 + 0.013 * np.arange(x.size)
+    point = {A: A0, x: x0}
+    assume(not tied(f, point))
+    got = sg.evaluate(sg.grad(f, [A, x]), point)
+    want, _ = unrolled_grad(f, {"A": A0, "x": x0}, {})
+    assume(all(np.all(np.isfinite(g)) for g in (*got, *want.values())))
+    np.testing.assert_allclose(got[0], want["A"], rtol=1e-11, atol=1e-11, err_msg=str(f))
+    np.testing.assert_allclose(got[1], want["x"], rtol=1e-11, atol=1e-11, err_msg=str(f))
