@@ -56,7 +56,8 @@ class _Emitter:
     def __init__(self, buffers: dict[Expr, str], scalars: dict[Expr, str]) -> None:
         self.buffers, self.scalars = buffers, scalars  # array nodes -> buffer names; vars -> x[k]
         self.count = 0
-        self.children: dict[tuple, _Region] = {}
+        self.children: dict[tuple, tuple] = {}
+        self.integers: set[Expr] = set()  # nodes emitted as integer arithmetic
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -111,9 +112,16 @@ class _Emitter:
             arr = self.buffers[node.args[0]]
             addresses = [self._clamped(a, n, reg) for a, n in zip(node.args[1:], node.args[0].shape)]
             return f"{arr}[{', '.join(addresses)}]"
-        if _integral(node) and name in _INTEGER_OPS:
+        if name in _INTEGER_OPS and all(self._integral(a) for a in node.args):
+            self.integers.add(node)
             return _INTEGER_OPS[name].format(*(self._address(a, reg) for a in node.args))
         return node.op.numba.format(*args)
+
+    def _integral(self, a: Expr) -> bool:
+        """Index arithmetic: index symbols, integer constants, loads from tables, and integer ops of them."""
+        name = a.op.name
+        return name == "index" or name == "const" and float(a.payload).is_integer() or \
+            name == "load" and a.args[0].op.name == "table" or a in self.integers
 
     def _operand(self, a: Expr, reg: _Region) -> str:
         return "" if a.op.array_valued else self._known(a, reg)
@@ -142,17 +150,6 @@ class _Emitter:
         home.names[node] = acc
 
 
-def _integral(node: Expr) -> bool:
-    """Index arithmetic: built from index symbols, integer constants and tables only."""
-    for n in topo_order([node]):
-        if n.op.name in ("var", "array", "tensor", "scatter") or n.op.name == "const" and \
-                not float(n.payload).is_integer():
-            return False
-        if n.op.name not in ("index", "const", "table", "load") and n.op.name not in _INTEGER_OPS:
-            return False
-    return True
-
-
 def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str:
     """A Numba module whose ``kernel(x, out)`` returns ``outputs[0]`` (a scalar) and writes the
     others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` (arrays
@@ -171,6 +168,10 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
             a5 = a5 + v4
         return a5
     """
+    for r in outputs:
+        if r.free:
+            raise ValueError(f"compiling: the output {str(r)[:60]} varies over {sorted(map(str, r.free))}: reduce "
+                             "it or make it a tensor")
     lines, buffers, scalars, head, offset = [], {}, {}, [], 0
     emitter = _Emitter(buffers, scalars)
     for v in inputs:
