@@ -23,7 +23,8 @@ from symgrad.expr.traverse import substitute, topo_order
 
 
 def index(name: str, size: int) -> Expr:
-    """An index symbol ranging over ``0 .. size-1``.
+    """An index symbol ranging over ``0 .. size-1`` (names containing ``#`` are those derivatives
+    create: ``x#3``; give yours plain names, so they never meet one).
 
     >>> i = index("i", 9)
     >>> i, i.shape, value_range(i + 1)
