@@ -358,10 +358,24 @@ def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
 def canonical(e: Expr) -> Expr:
     """An affine index expression in one form: indices by name, then the constant (j - 1 + 1 is j).
 
+    A periodic address ``(a % m + c) % m`` is ``(a + c) % m``, and ``a % m`` is ``a`` where ``a``
+    stays in ``0 .. m-1`` over its indices' ranges.
+
     >>> i, j = index("i", 4), index("j", 3)
     >>> canonical(j - 1 + 1 + 2 * i - i)  # (commutative + then orders its arguments canonically)
     j + i
+    >>> canonical(((j - 1) % 3 + 1) % 3), canonical((i + 1) % 9)
+    (j, i + 1)
     """
+    if e.op.name == "mod" and e.args[1].op.name == "const":
+        m = e.args[1].payload
+        inner = e.args[0]
+        if inner.op.name in ("add", "sub"):  # (a % m + c) % m = (a + c) % m, either argument order
+            inner = apply(inner.op, tuple(a.args[0] if a.op.name == "mod" and a.args[1] is e.args[1] else a
+                                          for a in inner.args))
+        inner = canonical(inner)
+        lo, hi = value_range(inner)
+        return inner if 0 <= lo and hi < m else apply(ops.OPS["mod"], (inner, e.args[1]))
     form = affine(e)
     if form is None:
         return e
