@@ -191,14 +191,24 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
         out_offsets[r] = offset
         offset += math.prod(r.shape) if r.op.array_valued else 1
     top = _Region(None, frozenset(), {})
-    for node in order:  # materialise arrays, arguments before users
-        if node.op.name in ("tensor", "scatter"):
+    # Scalar reductions over plain inputs join a 1-D group of tensors over the same range: the loop
+    # that computes the adjoints also accumulates the value, sharing what their bodies share.
+    in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in _body(a)}
+    joining = [n for n in order if n.op.name in _START and not n.free and n not in in_arrays and
+               not any(m.op.name in _START or m.op.name == "load" and m.args[0].op.name in ("tensor", "scatter")
+                       for m in _body(n))]
+    for group in _groups([n for n in order if n.op.name in ("tensor", "scatter")]):
+        if group[0].op.name == "tensor" and len(group[0].shape) == 1:
+            riders = [r for r in joining if r.args[1].payload[1] == group[0].shape[0]]
+            group += riders
+            joining = [r for r in joining if r not in set(riders)]  # (sets compare Exprs by identity)
+        for node in (n for n in group if n.op.array_valued):  # materialise arrays, arguments before users
             buffers[node] = emitter.fresh("t")
             start = out_offsets.get(node)
             where = (f"out[{start}:{start + math.prod(node.shape)}].reshape({node.shape!r})"
                      if start is not None else f"np.empty({node.shape!r})")
             top.lines.append(f"{buffers[node]} = {where}")
-            _materialise(node, buffers[node], emitter, top)
+        _materialise(group, buffers, emitter, top)
     for r in outputs[1:]:
         if not r.op.array_valued:
             top.lines.append(f"out[{out_offsets[r]}] = {emitter.value(r, top)}")
@@ -208,26 +218,64 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
             f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, out):\n{body}\n")
 
 
-def _materialise(node: Expr, buffer: str, emitter: _Emitter, top: _Region) -> None:
-    """The loop nest filling a tensor (element at its indices) or a scatter (adding at addresses)."""
-    if node.op.name == "tensor":
-        indices, k = node.args[1:], 0
-    else:
-        k = node.payload[1]
-        indices = node.args[1 + k:]
-        top.lines.append(f"{buffer}[...] = 0.0")
-    loops = {}
-    for i in indices:
-        loops[i] = emitter.fresh("i")
+def _groups(arrays: list[Expr]) -> list[list[Expr]]:
+    """Consecutive tensors over the same index ranges, none reading another: one loop nest fills
+    them all, computing what their bodies share once (a scatter gets a loop nest of its own)."""
+    groups: list[list[Expr]] = []
+    for node in arrays:
+        last = groups[-1] if groups else None
+        if last and node.op.name == "tensor" and last[0].op.name == "tensor" and \
+                node.shape == last[0].shape and not set(last).intersection(_loaded(node)):
+            last.append(node)
+        else:
+            groups.append([node])
+    return groups
+
+
+def _loaded(node: Expr) -> set:
+    """The arrays a tensor's body reads (not through other arrays: those have their own loops)."""
+    return {n.args[0] for n in _body(node) if n.op.name == "load"}
+
+
+def _body(node: Expr) -> set:
+    """The scalar nodes a tensor's, scatter's or reduction's loop computes: its body's graph, not
+    descending into the arrays it reads. A reduction may ride in another loop only if none of
+    this is another reduction and no array's loop needs it (it is complete after the loop only)."""
+    seen, stack = {node.args[0]}, [node.args[0]]
+    while stack:
+        for a in stack.pop().args:
+            if a not in seen and not a.op.array_valued:
+                seen.add(a)
+                stack.append(a)
+    return seen
+
+
+def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Region) -> None:
+    """The loop nest filling tensors (element at their indices, the group sharing the first one's
+    indices) or a scatter (adding at its addresses)."""
+    first = group[0]
+    k = 0 if first.op.name == "tensor" else first.payload[1]
+    indices = tuple(fresh_index(i) for i in first.args[1 + k:])  # fresh: no body binds them
+    if first.op.name == "scatter":
+        top.lines.append(f"{buffers[first]}[...] = 0.0")
+    loops = {i: emitter.fresh("i") for i in indices}
     inner = _Region(top, frozenset(indices), loops)
-    value = emitter.value(node.args[0], inner)
-    if node.op.name == "tensor":
-        target = f"{buffer}[{', '.join(loops[i] for i in indices)}]"
-        inner.lines.append(f"{target} = {value}")
-    else:
-        addresses = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
-                              for a in node.args[1:1 + k])
-        inner.lines.append(f"{buffer}[{addresses}] += {value}")
+    for node in group:
+        own = node.args[1:] if node.op.name != "scatter" else node.args[1 + k:]
+        body = substitute_indices(node.args[0], dict(zip(own, indices)))
+        value = emitter.value(body, inner)
+        if node.op.name in _START:  # a scalar reduction riding along: its accumulator
+            acc = emitter.fresh("a")
+            top.lines.append(f"{acc} = {_START[node.op.name]}")
+            inner.lines.append(f"{acc} = {_COMBINE[node.op.name].format(acc, value)}")
+            top.names[node] = acc
+        elif node.op.name == "tensor":
+            inner.lines.append(f"{buffers[node]}[{', '.join(loops[i] for i in indices)}] = {value}")
+        else:
+            renamed = [substitute_indices(a, dict(zip(own, indices))) for a in node.args[1:1 + k]]
+            addresses = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
+                                  for a in renamed)
+            inner.lines.append(f"{buffers[node]}[{addresses}] += {value}")
     for depth, i in enumerate(indices):
         top.lines.append("    " * depth + f"for {loops[i]} in range({i.payload[1]}):")
     top.lines += ["    " * len(indices) + line for line in inner.lines]

@@ -313,7 +313,7 @@ def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
         i, value, conditions = step
         solved[i] = value
         guards += conditions
-    term = _canonical_addresses(substitute_indices(w, solved))
+    term = _canonical_addresses(_at(w, load, solved))
     for condition in reversed(guards):
         condition = _canonical_addresses(condition)
         settled = _settled(condition)
@@ -326,9 +326,26 @@ def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
     return term
 
 
+def _at(w: Expr, load: Expr, solved: dict) -> Expr:
+    """w at the solution. Where w calls transcendental functions or reduces, a load from w
+    materialised over the load's indices: computed once per index value (in one loop with the
+    other sites' adjoints and the value, by the compiler), however many sites read it shifted.
+    Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read."""
+    indices = tuple(sorted(load.free, key=str))
+    if not indices or not any(_costly(n) for n in topo_order([w])):
+        return substitute_indices(w, solved)
+    return apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
+
+
+def _costly(node: Expr) -> bool:
+    template = node.op.numba or ""
+    return node.op.name in ("sum", "max", "min") or "math." in template or "np." in template
+
+
 def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
     """``e`` with the free occurrences of index symbols replaced (never a bound one: inside a
-    reduction, tensor or scatter the indices it binds are left alone, so nothing is captured).
+    reduction, tensor or scatter the indices it binds are left alone; one a replacing value
+    mentions is renamed first, so nothing is captured — recursing once per such binder).
 
     >>> x, y, i = array("x", 3), array("y", 3), index("i", 3)
     >>> substitute_indices(x[i] * reduce("sum", y[i] * x[i], i), {i: 2 - i})
@@ -347,6 +364,14 @@ def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
             done[node, keys] = mapping[node]
             continue
         inner = keys.difference(node.args[1:]) if node.op.binds else keys
+        brought = frozenset().union(*(mapping[k].free for k in inner.intersection(node.free)))
+        clash = brought.intersection(node.args[1:]) if node.op.binds else None
+        if clash:  # a value brings in an index this node binds: rename the bound one first
+            fresh = {b: fresh_index(b) for b in clash if b.op.name == "index"}
+            renamed = apply(node.op, (substitute_indices(node.args[0], fresh),
+                                      *(fresh.get(a, a) for a in node.args[1:])), node.payload)
+            done[node, keys] = substitute_indices(renamed, {k: mapping[k] for k in keys})
+            continue
         if not ready:
             stack.append((node, keys, True))
             stack += [(a, inner, False) for a in node.args]
