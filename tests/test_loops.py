@@ -15,10 +15,10 @@ def _check(f, arrays: dict, scalars: dict):
     """Compile f and its gradient wrt every array and scalar; compare with the interpreter."""
     wrt = [*arrays, *(sg.Var(n) for n in scalars)]
     grads = sg.grad(f, wrt)
-    kernel = loops.compile_kernel([f, *grads], wrt)
+    kernel, work = loops.compile_kernel([f, *grads], wrt)
     x = np.concatenate([np.ravel(v) for v in arrays.values()] + [np.array(list(scalars.values()), dtype=float)])
     out = np.empty(sum(np.size(v) for v in arrays.values()) + len(scalars))
-    value = kernel(x, out)
+    value = kernel(x, out, np.full(work, np.nan))  # a dirty workspace: every temporary is written first
     want = sg.evaluate([f, *grads], {**arrays, **scalars})
     assert value == pytest.approx(want[0], rel=1e-13, abs=1e-13)
     np.testing.assert_allclose(out, np.concatenate([np.ravel(w) for w in want[1:]]), rtol=1e-12, atol=1e-12)

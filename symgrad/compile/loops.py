@@ -151,15 +151,16 @@ class _Emitter:
 
 
 def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str:
-    """A Numba module whose ``kernel(x, out)`` returns ``outputs[0]`` (a scalar) and writes the
-    others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` (arrays
-    raveled, scalars) in order.
+    """A Numba module whose ``kernel(x, out, work)`` returns ``outputs[0]`` (a scalar) and writes
+    the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` (arrays
+    raveled, scalars) in order; ``work`` (``WORK`` floats, the caller's, one per thread) holds the
+    temporary arrays.
 
     >>> import symgrad as sg
     >>> from symgrad.expr.rolled import array, index, reduce
     >>> x, i = array("x", 3), index("i", 3)
     >>> print(source([reduce("sum", x[i] ** 2, i)], [x]).split("def kernel")[1].strip())
-    (x, out):
+    (x, out, work):
         b1 = x[0:3].reshape((3,))
         a5 = 0.0
         for i2 in range(3):
@@ -191,6 +192,7 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
         out_offsets[r] = offset
         offset += math.prod(r.shape) if r.op.array_valued else 1
     top = _Region(None, frozenset(), {})
+    work = 0
     # Scalar reductions over plain inputs join a 1-D group of tensors over the same range: the loop
     # that computes the adjoints also accumulates the value, sharing what their bodies share.
     in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in _body(a)}
@@ -204,10 +206,12 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
             joining = [r for r in joining if r not in set(riders)]  # (sets compare Exprs by identity)
         for node in (n for n in group if n.op.array_valued):  # materialise arrays, arguments before users
             buffers[node] = emitter.fresh("t")
-            start = out_offsets.get(node)
-            where = (f"out[{start}:{start + math.prod(node.shape)}].reshape({node.shape!r})"
-                     if start is not None else f"np.empty({node.shape!r})")
-            top.lines.append(f"{buffers[node]} = {where}")
+            size, start = math.prod(node.shape), out_offsets.get(node)
+            if start is None:  # a temporary: carved from the caller's workspace, allocated once
+                where, work = f"work[{work}:{work + size}]", work + size
+            else:
+                where = f"out[{start}:{start + size}]"
+            top.lines.append(f"{buffers[node]} = {where}.reshape({node.shape!r})")
         _materialise(group, buffers, emitter, top)
     for r in outputs[1:]:
         if not r.op.array_valued:
@@ -215,7 +219,8 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
     body = "\n".join("    " + line for line in lines + top.lines + [f"return {ret}"])
     return ("import math\n\nimport numba\nimport numpy as np\n\n" + "".join(h + "\n" for h in head) +
-            f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, out):\n{body}\n")
+            f"WORK = {work}  # floats of workspace its temporary arrays take\n"
+            f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, out, work):\n{body}\n")
 
 
 def _groups(arrays: list[Expr]) -> list[list[Expr]]:
@@ -281,9 +286,10 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     top.lines += ["    " * len(indices) + line for line in inner.lines]
 
 
-def compile_kernel(outputs: list[Expr], inputs: list[Expr]) -> Any:
-    """The compiled ``kernel(x, out) -> value`` for rolled ``outputs`` (see :func:`source`),
-    for C-contiguous float64 vectors, through the disk cache."""
+def compile_kernel(outputs: list[Expr], inputs: list[Expr]) -> tuple[Any, int]:
+    """The compiled ``kernel(x, out, work) -> value`` for rolled ``outputs`` (see :func:`source`),
+    for C-contiguous float64 vectors, through the disk cache; and the workspace size it needs."""
     text = source(outputs, inputs)
     module = cache.load(f"loops_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
-    return cache.typed(module, "kernel", (types.float64[::1], types.float64[::1]))
+    vector = types.float64[::1]
+    return cache.typed(module, "kernel", (vector, vector, vector)), module.WORK
