@@ -431,6 +431,38 @@ def import_time() -> None:
     row("import symgrad (SymPy loaded on first use)", "symgrad", "import", best, None, "s")
 
 
+def rolled() -> None:
+    """Rolled expressions compiled to loops (issue 11, through symgrad.compile.loops until the public
+    API lands): value and gradient against the hand-written @njit loops, ready time at any n."""
+    from symgrad.compile import loops
+    from symgrad.expr.rolled import array, index, reduce
+
+    def rosen(x, i):
+        return reduce("sum", 100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2, i)
+
+    def p5(x, i):
+        return reduce("sum", sg.sin(x[i] * x[i + 1]) * sg.exp(-x[i] ** 2) + sg.log(1 + x[i] ** 2), i)
+
+    def make(body, n):
+        x = array("x", n)
+        f = body(x, index("i", n - 1))
+        kernel, work = loops.compile_kernel([f, *sg.grad(f, [x])], [x])
+        out, scratch = np.empty(n), np.empty(work)
+        call = lambda v: kernel(v, out, scratch)  # noqa: E731
+        call(np.full(n, 0.5))
+        return call
+
+    for name, body, hand_fn, sizes in (("P2 Rosenbrock", rosen, hand.rosen, (10**4, 10**6)),
+                                       ("P5", p5, hand.p5, (20000, 10**6))):
+        for n in sizes:
+            v = np.linspace(-1.0, 1.0, n)
+            label = f"{name} n={n}, rolled"
+            hand_fn(v)
+            base = per_call(hand_fn, v)
+            row(label, "hand-written @njit loop", "per call", base, base)
+            first_and_per_call(label, "symgrad rolled loops", base, v, make, body, n)
+
+
 def threshold() -> None:
     """Around the auto threshold: Numba's compile against the VM's slower calls."""
     for n in (5, 15, 40):
@@ -471,7 +503,7 @@ def write(path: Path) -> str:
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
     for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian, bounded,
-                 import_time):
+                 import_time, rolled):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)
