@@ -91,9 +91,11 @@ class Rolled:
             return _OBJECT_REDUCE[name].reduce(body, axis=ax, keepdims=True)
         return _REDUCE[name](body, axis=ax, keepdims=True)
 
-    def load(self, arr: np.ndarray, addresses: list) -> Any:
-        """arr at the addresses; derivatives' guarded branches may address outside: clipped, unused."""
-        return arr[tuple(np.clip(np.asarray(a).astype(np.intp), 0, n - 1) for a, n in zip(addresses, arr.shape))]
+    def load(self, arr: np.ndarray, addresses: list, guarded: bool) -> Any:
+        """arr at the addresses; a guarded load's may leave the array where its guard discards the
+        value: clamped there. Others are in range by construction."""
+        index = [np.asarray(a).astype(np.intp) for a in addresses]
+        return arr[tuple(np.clip(a, 0, n - 1) for a, n in zip(index, arr.shape)) if guarded else tuple(index)]
 
     def scatter(self, node: Expr, args: list) -> np.ndarray:
         shape, k = node.payload

@@ -310,8 +310,9 @@ table = _row("table", 0, None, None, kind="rolled", array_valued=True,
 load = _row("load", -1, None, None, kind="rolled", to_sympy=lambda arr, *address: arr[address],
             template=lambda node: ((0, ATOM), "[", *_indices(node), "]"),
             latex=lambda node: ((0, ATOM), "_{", *_indices(node), "}"),
-            evaluate=lambda node, args, ctx: ctx.load(args[0], args[1:]),
-            doc="an element of an array at index expressions: x[i + 1, j]")
+            evaluate=lambda node, args, ctx: ctx.load(args[0], args[1:], node.payload == "guarded"),
+            doc="an element of an array at index expressions: x[i + 1, j] (payload \"guarded\": see "
+                "rolled.subscript)")
 sum_ = _reduction("sum")
 max_ = _reduction("max")
 min_ = _reduction("min")

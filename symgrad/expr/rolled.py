@@ -105,7 +105,9 @@ def _range(node: Expr, ranges: dict, whole: Expr) -> tuple[int, int]:
         if not float(node.payload).is_integer():
             raise TypeError(f"index expression {whole}: {node.payload!r} is not an integer")
         return int(node.payload), int(node.payload)
-    if name == "load" and args[0].op.name == "table":
+    if name == "load":
+        if args[0].op.name != "table":
+            raise TypeError(f"index expression {whole}: an index can read tables only, not {args[0]}")
         values = args[0].payload[1]
         return min(values), max(values)
     r = [ranges[a] for a in args]
@@ -129,8 +131,12 @@ def _is_array(node: Expr) -> bool:
     return node.op.array_valued
 
 
-def subscript(arr: Expr, key: Any) -> Expr:
+def subscript(arr: Expr, key: Any, guarded: bool = False) -> Expr:
     """``arr[key]``: the element at index expressions, checked against the array's shape.
+
+    ``guarded=True`` skips the range check and marks the load (payload ``"guarded"``): derivatives
+    make such loads, reading neighbours inside a ``where`` whose condition keeps the value out
+    where the address leaves the array; evaluators clamp the address of a guarded load only.
 
     >>> x, i = array("x", 5), index("i", 4)
     >>> subscript(x, i + 1)
@@ -145,11 +151,11 @@ def subscript(arr: Expr, key: Any) -> Expr:
     idx = tuple(k if isinstance(k, Expr) else _integer(k, arr) for k in key)
     for dim, (k, n) in enumerate(zip(idx, shape)):
         lo, hi = value_range(k)
-        if lo < 0 or hi >= n:
+        if not guarded and (lo < 0 or hi >= n):
             where = f" (dimension {dim})" if len(shape) > 1 else ""
             raise IndexError(f"{arr}[{', '.join(map(str, idx))}]: the index {k} takes values {lo}..{hi}, "
                              f"outside 0..{n - 1}{where}" + _ranges(k))
-    return apply(ops.load, (arr, *idx))
+    return apply(ops.load, (arr, *idx), "guarded" if guarded else None)
 
 
 def _integer(k: Any, arr: Expr) -> Expr:
@@ -313,7 +319,7 @@ def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
         i, value, conditions = step
         solved[i] = value
         guards += conditions
-    term = _canonical_addresses(_at(w, load, solved))
+    term = _guarded(_canonical_addresses(_at(w, load, solved)))
     for condition in reversed(guards):
         condition = _canonical_addresses(condition)
         settled = _settled(condition)
@@ -424,6 +430,16 @@ def _canonical_addresses(e: Expr) -> Expr:
 
 
 _ADDRESSED = {"load": 1, "ge": 0, "le": 0, "eq": 0}  # the arguments that hold index expressions
+
+
+def _guarded(e: Expr) -> Expr:
+    """``e`` with each load whose address can leave its array marked guarded (see subscript)."""
+    mapping = {}
+    for node in topo_order([e]):
+        if node.op.name == "load" and node.payload is None and any(
+                not 0 <= lo <= hi < n for (lo, hi), n in zip(map(value_range, node.args[1:]), node.args[0].shape)):
+            mapping[node] = apply(ops.load, node.args, "guarded")
+    return substitute(e, mapping) if mapping else e
 
 
 def _settled(condition: Expr) -> bool | None:

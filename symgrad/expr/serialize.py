@@ -213,13 +213,13 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
                               "printable name")
     elif name in _ROLLED_FORMS:
         payload = _rolled_payload(k, name, payload)
-    elif payload is not None:
+    elif payload is not None and not (name == "load" and payload == "guarded"):
         raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
-                          "index, array, table and scatter have one")
+                          "index, array, table, scatter and guarded loads have one")
     arguments = tuple(built[i] for i in args)
     try:  # rolled nodes are built through their checked constructors: ranges, bound indices
         if name == "load":
-            return rolled.subscript(arguments[0], arguments[1:])
+            return rolled.subscript(arguments[0], arguments[1:], guarded=payload == "guarded")
         if name == "tensor":
             return rolled.tensor(*arguments)
         if name in ("sum", "max", "min"):
