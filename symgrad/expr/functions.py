@@ -62,10 +62,18 @@ def _object0d(value: Any) -> Any:
     return out
 
 
+def elementwise(op: Op) -> Callable:
+    """``op`` applied to each element of arrays holding expressions or numbers (broadcast): a plain
+    object array, or one expression when every argument is a single value."""
+    each = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
+    return lambda *values: each(*(v.view(np.ndarray) if isinstance(v, np.ndarray) else _object0d(v)
+                                  for v in values))
+
+
 def _lift(op: Op) -> Callable:
     """The public function for ``op``, like a NumPy ufunc: expressions give expressions, numbers and
     float arrays give NumPy's values, arrays holding expressions (traced arrays) apply elementwise."""
-    elementwise = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
+    each = elementwise(op)
 
     def fn(*args: Any) -> Any:
         if len(args) != op.arity:
@@ -75,8 +83,7 @@ def _lift(op: Op) -> Callable:
         arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) if isinstance(a, list | tuple) else a
                   for a in args]
         if any(isinstance(a, Expr) or isinstance(a, np.ndarray) and a.dtype == object for a in arrays):
-            plain = [a.view(np.ndarray) if isinstance(a, np.ndarray) else _object0d(a) for a in arrays]
-            return wrap(elementwise(*plain))
+            return wrap(each(*arrays))
         if all(isinstance(a, Real | np.bool_ | np.ndarray) for a in arrays):
             with np.errstate(all="ignore"):
                 return op.impl(*(np.asarray(a, dtype=float) for a in arrays))

@@ -14,7 +14,7 @@ import numpy as np
 
 from symgrad.expr import ops
 from symgrad.expr.build import Var, apply
-from symgrad.expr.functions import _object0d
+from symgrad.expr.functions import elementwise
 from symgrad.expr.node import Expr
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
 
@@ -116,12 +116,7 @@ class Rolled:
         return np.array(out.reshape(out.shape[:len(axes)]))
 
 
-def _elementwise(op: ops.Op) -> Any:
-    apply_each = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
-    return lambda *values: apply_each(*(_object0d(v) if isinstance(v, Expr) else v for v in values))
-
-
-_ELEMENTWISE = {op: _elementwise(op) for op in ops.FUNCTIONS.values()}
+_ELEMENTWISE = {op: elementwise(op) for op in ops.FUNCTIONS.values()}
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 _OBJECT_REDUCE = {name: np.frompyfunc(lambda a, b, op=ops.OPS[op]: apply(op, (a, b)), 2, 1)
                   for name, op in (("sum", "add"), ("max", "maximum"), ("min", "minimum"))}
