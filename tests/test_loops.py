@@ -71,3 +71,22 @@ def test_random_nested_bodies_compile_to_the_interpreters_values(fAx, data):
     want = sg.evaluate([f, *sg.grad(f, [A, x])], {A: A0, x: x0})
     assume(all(np.all(np.isfinite(w)) for w in want))
     _check(f, {A: A0, x: x0}, {})
+
+
+def test_repeated_outputs_are_each_written_and_bad_outputs_named():
+    x, i = array("x", 4), index("i", 4)
+    a, b = sg.symbols("a b")
+    f = reduce("sum", subscript(x, i) ** 2, i) + a + b
+    ga, gb = sg.grad(f, [a, b])  # both the constant 1: one node, two outputs
+    (gx,) = sg.grad(f, [x])
+    kernel, work = loops.compile_kernel([f, ga, gx, gb, gx], [x, a, b])
+    out = np.full(1 + 4 + 1 + 4, np.nan)
+    x0 = np.arange(4.0)
+    assert kernel(np.concatenate([x0, [0.5, 0.25]]), out, np.empty(work)) == 14.75
+    np.testing.assert_array_equal(out, [1.0, *(2 * x0), 1.0, *(2 * x0)])
+    with pytest.raises(ValueError, match="not among the inputs"):
+        loops.source([f], [x])
+    with pytest.raises(ValueError, match="the first output must be a scalar"):
+        loops.source([gx], [x, a, b])
+    with pytest.raises(ValueError, match="array outputs tensors or scatters"):
+        loops.source([f, x], [x, a, b])

@@ -73,7 +73,7 @@ def _doc(**change):
      "number of outputs \\(4\\), got \\[\\]"),
     (_doc(kind="dict", names=["a", "a"], nodes=[["var", "x", []], ["var", "y", []]], outputs=[0, 1]),
      "the dict names \\['a'\\] more than once"),
-    (_doc(nodes=[["var", "x", []], ["sin", 3.0, [0]]]), "only var, const, index, array, table, scatter and guarded"),
+    (_doc(nodes=[["var", "x", []], ["sin", 3.0, [0]]]), "only var, const, index, array, table, scatter"),
     (b"\xff\xfe", "not a symgrad JSON document"), (_doc() + " trailing", "extra text after the document"),
     (json.dumps({"nodes": [["var", "x", []]], "format": "symgrad", "version": 1}), "before the nodes"),
 ])

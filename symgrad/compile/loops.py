@@ -169,10 +169,13 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
             a5 = a5 + v4
         return a5
     """
-    for r in outputs:
+    for k, r in enumerate(outputs):
         if r.free:
             raise ValueError(f"compiling: the output {str(r)[:60]} varies over {sorted(map(str, r.free))}: reduce "
                              "it or make it a tensor")
+        if r.op.array_valued and (k == 0 or r.op.name not in ("tensor", "scatter")):
+            raise ValueError(f"compiling: output {k} is the array {str(r)[:60]}; the first output must be a "
+                             "scalar and array outputs tensors or scatters")
     lines, buffers, scalars, head, offset = [], {}, {}, [], 0
     emitter = _Emitter(buffers, scalars)
     for v in inputs:
@@ -184,13 +187,19 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
             scalars[v] = f"x[{offset}]"
         offset += size
     order = topo_order(outputs)
+    missing = sorted(str(n) for n in order if n.op.name in ("var", "array") and n not in scalars | buffers)
+    if missing:
+        raise ValueError(f"compiling: the outputs depend on {missing[:5]}, which are not among the inputs")
     for k, t in enumerate(n for n in order if n.op.name == "table"):
         buffers[t] = f"TABLE{k}"
         head.append(f"TABLE{k} = np.array({list(t.payload[1])}, dtype=np.int64).reshape({tuple(t.payload[0])!r})")
-    out_offsets, offset = {}, 0
+    slots, offset = [], 0  # (output, its offset in out), in order; an output may appear twice
     for r in outputs[1:]:
-        out_offsets[r] = offset
+        slots.append((r, offset))
         offset += math.prod(r.shape) if r.op.array_valued else 1
+    out_offsets = {}
+    for r, start in slots:
+        out_offsets.setdefault(r, start)
     top = _Region(None, frozenset(), {})
     work = 0
     # Scalar reductions over plain inputs join a 1-D group of tensors over the same range: the loop
@@ -213,9 +222,12 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
                 where = f"out[{start}:{start + size}]"
             top.lines.append(f"{buffers[node]} = {where}.reshape({node.shape!r})")
         _materialise(group, buffers, emitter, top)
-    for r in outputs[1:]:
+    for r, start in slots:
         if not r.op.array_valued:
-            top.lines.append(f"out[{out_offsets[r]}] = {emitter.value(r, top)}")
+            top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
+        elif start != out_offsets[r]:  # the same array again: a copy of where it was computed
+            size, first = math.prod(r.shape), out_offsets[r]
+            top.lines.append(f"out[{start}:{start + size}] = out[{first}:{first + size}]")
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
     body = "\n".join("    " + line for line in lines + top.lines + [f"return {ret}"])
     return ("import math\n\nimport numba\nimport numpy as np\n\n" + "".join(h + "\n" for h in head) +
