@@ -19,7 +19,7 @@ import numpy as np
 from symgrad.expr import interp, ops
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr, intern
-from symgrad.expr.traverse import substitute, topo_order
+from symgrad.expr.traverse import topo_order
 
 
 def index(name: str, size: int) -> Expr:
@@ -319,9 +319,9 @@ def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
         i, value, conditions = step
         solved[i] = value
         guards += conditions
-    term = _guarded(_canonical_addresses(_at(w, load, solved)))
+    term = _tidy(_at(w, load, solved))
     for condition in reversed(guards):
-        condition = _canonical_addresses(condition)
+        condition = _tidy(condition)
         settled = _settled(condition)
         if settled is False:
             return intern(ops.OPS["const"], (), 0.0)
@@ -405,7 +405,10 @@ def canonical(e: Expr) -> Expr:
             inner = apply(inner.op, tuple(a.args[0] if a.op.name == "mod" and a.args[1] is e.args[1] else a
                                           for a in inner.args))
         inner = canonical(inner)
-        lo, hi = value_range(inner)
+        try:
+            lo, hi = value_range(inner)
+        except TypeError:  # not an index expression (a value compared modulo m): as it is
+            return e
         return inner if 0 <= lo and hi < m else apply(ops.OPS["mod"], (inner, e.args[1]))
     form = affine(e)
     if form is None:
@@ -421,25 +424,22 @@ def canonical(e: Expr) -> Expr:
     return out + offset if offset > 0 else out - (-offset) if offset < 0 else out
 
 
-def _canonical_addresses(e: Expr) -> Expr:
-    """``e`` with every load's affine address and every comparison's side in canonical form."""
-    mapping = {a: canonical(a) for node in topo_order([e]) if node.op.name in _ADDRESSED
-               for a in node.args[_ADDRESSED[node.op.name]:] if a.free and not a.op.array_valued}
-    mapping = {a: c for a, c in mapping.items() if c is not a}
-    return substitute(e, mapping) if mapping else e
-
-
-_ADDRESSED = {"load": 1, "ge": 0, "le": 0, "eq": 0}  # the arguments that hold index expressions
-
-
-def _guarded(e: Expr) -> Expr:
-    """``e`` with each load whose address can leave its array marked guarded (see subscript)."""
-    mapping = {}
+def _tidy(e: Expr) -> Expr:
+    """``e`` rebuilt once, bottom up, with every load's address and every comparison's sides in
+    canonical form, and each load whose address can leave its array marked guarded (subscript)."""
+    new: dict[Expr, Expr] = {}
     for node in topo_order([e]):
-        if node.op.name == "load" and node.payload is None and any(
-                not 0 <= lo <= hi < n for (lo, hi), n in zip(map(value_range, node.args[1:]), node.args[0].shape)):
-            mapping[node] = apply(ops.load, node.args, "guarded")
-    return substitute(e, mapping) if mapping else e
+        args, payload = tuple(new.get(a, a) for a in node.args), node.payload
+        if node.op.name == "load":
+            args = (args[0], *(canonical(a) if a.free else a for a in args[1:]))
+            if payload is None and any(not 0 <= lo <= hi < n for (lo, hi), n in
+                                       zip(map(value_range, args[1:]), args[0].shape)):
+                payload = "guarded"
+        elif node.op.name in ("ge", "le", "eq"):
+            args = tuple(canonical(a) if a.free else a for a in args)
+        if payload is not node.payload or any(a is not b for a, b in zip(args, node.args)):
+            new[node] = apply(node.op, args, payload)
+    return new.get(e, e)
 
 
 def _settled(condition: Expr) -> bool | None:
