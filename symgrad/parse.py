@@ -87,7 +87,7 @@ class _Frame:
 
     def __init__(self, func: str | None, column: int) -> None:
         self.func, self.column = func, column
-        self.ops: list[tuple[str, int]] = []  # (operator, column); unary ones as "u-" / "u+"
+        self.ops: list[str] = []  # pending operators; unary ones as "u-" / "u+"
         self.compared = False
         self.args: list[Any] = []
 
@@ -133,10 +133,10 @@ def parse(text: str) -> Expr:
                 frames.append(_Frame(None, col))
                 continue
             elif tok in ("-", "+"):
-                frame.ops.append(("u" + tok, col))
+                frame.ops.append("u" + tok)
                 continue
             elif tok == ")" and frame.func is not None and not frame.args and not frame.ops:
-                _close(text, frames, values, col, empty=True)
+                _close(text, frames, values, empty=True)
                 expect_value = False
                 continue
             else:
@@ -145,24 +145,24 @@ def parse(text: str) -> Expr:
             break
         if tok in _BINARY:
             prec, right, _ = _BINARY[tok]
-            _reduce(text, frame, values, prec, right)
+            _reduce(frame, values, prec, right)
             if prec == 1:
                 if frame.compared:
                     raise _error(text, "chained comparisons (a < b < c) are not supported", col)
                 frame.compared = True
-            frame.ops.append((tok, col))
+            frame.ops.append(tok)
             expect_value = True
         elif tok == ",":
             if frame.func is None:
                 raise _error(text, "a comma outside a function's arguments", col)
-            _reduce(text, frame, values, 0, False)
+            _reduce(frame, values, 0, False)
             frame.args.append(values.pop())
             frame.compared = False
             expect_value = True
         elif tok == ")":
             if len(frames) == 1:
                 raise _error(text, "unmatched ')'", col)
-            _close(text, frames, values, col)
+            _close(text, frames, values)
         elif tok == "^":
             raise _error(text, "^ is not a power (use ** for powers)", col)
         else:
@@ -171,7 +171,7 @@ def parse(text: str) -> Expr:
         raise _error(text, "the formula ends where a value is expected", len(text))
     if len(frames) > 1:
         raise _error(text, "'(' is never closed", frames[-1].column)
-    _reduce(text, frames[0], values, 0, False)
+    _reduce(frames[0], values, 0, False)
     return values[0]
 
 
@@ -187,10 +187,10 @@ def _name(text: str, name: str, col: int) -> Expr:
     return Var(name)
 
 
-def _reduce(text: str, frame: _Frame, values: list, prec: int, right: bool) -> None:
+def _reduce(frame: _Frame, values: list, prec: int, right: bool) -> None:
     """Apply the frame's pending operators that bind tighter than an operator of precedence ``prec``."""
     while frame.ops:
-        op, col = frame.ops[-1]
+        op = frame.ops[-1]
         top = _UNARY_PRECEDENCE if op[0] == "u" else _BINARY[op][0]
         if top < prec or top == prec and right:
             return
@@ -202,11 +202,11 @@ def _reduce(text: str, frame: _Frame, values: list, prec: int, right: bool) -> N
             values.append(apply(_BINARY[op][2], (a, b)))
 
 
-def _close(text: str, frames: list[_Frame], values: list, col: int, empty: bool = False) -> None:
+def _close(text: str, frames: list[_Frame], values: list, empty: bool = False) -> None:
     """A ')': finish the parenthesised value, or call the function on its arguments."""
     frame = frames.pop()
     if not empty:
-        _reduce(text, frame, values, 0, False)
+        _reduce(frame, values, 0, False)
         frame.args.append(values.pop())
     if frame.func is None:
         values.append(frame.args[0])
