@@ -79,7 +79,8 @@ def _wrt(text: str | None, variables: list) -> list:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise CliError(f"--wrt: {', '.join(map(repr, twice))} listed twice")
-    unused = [n for n in names if Var(n) not in set(variables)]
+    used = set(variables)
+    unused = [n for n in names if Var(n) not in used]
     if unused:
         raise CliError(f"--wrt: the formula does not use {', '.join(map(repr, unused))}")
     return [Var(n) for n in names]
@@ -105,7 +106,8 @@ def _results(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     f = parse(args.formula)
     variables = free_variables(f)
     wrt = _wrt(args.wrt, variables)
-    params = [v for v in variables if v not in set(wrt)]
+    differentiated = set(wrt)
+    params = [v for v in variables if v not in differentiated]
     names, pnames = [v.name for v in wrt], [v.name for v in params]
     g = grad(f, wrt)
     out: dict[str, Any] = {"formula": str(f), "variables": [v.name for v in variables], "wrt": names,
