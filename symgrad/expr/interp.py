@@ -134,8 +134,8 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
         for a in node.args:
             last_use[a] = i
     vals: dict[Expr, Any] = {}
-    rolled = Rolled(order, values, symbolic) if symbolic or any(n.op.kind == "rolled" for n in order) else None
-    numeric: set[Expr] = set()  # nodes of index symbols and constants only: numbers even when symbolic
+    rolled = None  # how rolled nodes evaluate: made at the first one
+    numeric: set[Expr] = set()  # symbolic: the nodes of index symbols and constants, kept as numbers
     with np.errstate(all="ignore"):
         for i, node in enumerate(order):
             op = node.op
@@ -149,16 +149,20 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
                 vals[node] = values[node.payload]
             elif op.name == "const":
                 vals[node] = np.float64(node.payload)
-                numeric.add(node)
-            elif op.evaluate is not None:
-                vals[node] = op.evaluate(node, [vals[a] for a in node.args], rolled)
-                if op.name in ("index", "table") or op.name == "load" and node.args[0] in numeric:
+                if symbolic:
                     numeric.add(node)
-            elif symbolic and not all(a in numeric for a in node.args):
-                vals[node] = _ELEMENTWISE[op](*(vals[a] for a in node.args))
-            else:
+            elif op.evaluate is not None:
+                rolled = rolled or Rolled(order, values, symbolic)
+                vals[node] = op.evaluate(node, [vals[a] for a in node.args], rolled)
+                if symbolic and (op.name in ("index", "table") or op.name == "load" and node.args[0] in numeric):
+                    numeric.add(node)
+            elif not symbolic:
                 vals[node] = op.impl(*(vals[a] for a in node.args))
-                numeric.update((node,) if all(a in numeric for a in node.args) else ())
+            elif all(a in numeric for a in node.args):
+                vals[node] = op.impl(*(vals[a] for a in node.args))
+                numeric.add(node)
+            else:
+                vals[node] = _ELEMENTWISE[op](*(vals[a] for a in node.args))
             for a in node.args:
                 if last_use[a] == i and a not in keep:
                     vals.pop(a, None)
