@@ -18,6 +18,7 @@ from symgrad.expr.diff import diff
 from symgrad.expr.dot import to_dot
 from symgrad.expr.functions import FUNCS as _FUNCS
 from symgrad.expr.functions import SymArray
+from symgrad.expr.indexed import array, index, max, min, sum, table, tensor, unroll
 from symgrad.expr.interp import evaluate
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex
@@ -66,11 +67,11 @@ lt, le, gt, ge, eq, ne = (_FUNCS[n] for n in ("lt", "le", "gt", "ge", "eq", "ne"
 __version__ = "0.1.0"
 
 # What `from symgrad import *` gives: everything public except the names that would shadow Python's
-# builtins (abs, compile, format): use them as sg.abs, sg.compile, sg.format.
+# builtins (abs, compile, format, max, min, sum): use them as sg.abs, sg.compile, sg.sum, ...
 __all__ = sorted(
     {name for name, value in globals().items() if not name.startswith("_") and (
         not isinstance(value, _ModuleType) or isinstance(value, _CallableModule))}
-    - {"abs", "compile", "format"} | {"to_sympy", "from_sympy"}
+    - {"abs", "compile", "format", "max", "min", "sum"} | {"to_sympy", "from_sympy"}
 )
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from symgrad import pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
+from symgrad.expr import rolled
 from symgrad.expr.build import Var
 from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, paused_gc
@@ -776,7 +777,8 @@ def hvp(f: Any, wrt: Any = None, params: Any = (), backend: str = "auto", *, arg
         return Function(f, "hvp", _argnums(wrt, argnums), backend=backend, **options)
     _options("hvp", options, ())
     inputs = as_expr_list(wrt)
-    tangents = [Var(f"Δ{v.payload}") for v in inputs]
+    tangents = [Var(f"Δ{v.payload}") if v.op.name == "var" else rolled.array(f"Δ{v.payload[0]}", v.shape)
+                for v in inputs]
     hv = symbolic.jvp(symbolic.grad(f, inputs), inputs, tangents)
     return compiled.compile(np.array(hv, dtype=object), inputs, [*as_expr_list(params), *tangents], backend)
 

@@ -9,6 +9,7 @@ them (lists, integers, strided arrays) or raises an error naming the culprit.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +18,7 @@ import numba
 import numpy as np
 
 from symgrad.compile.backends import REGISTRY, Kernels
+from symgrad.compile.loops import LoopProgram
 from symgrad.compile.lower import Program, lower
 from symgrad.expr.diff import grad
 from symgrad.expr.node import Expr
@@ -171,19 +173,20 @@ class Compiled:
     def _vector(self, value: Any, which: str) -> np.ndarray:
         names = self._names(which)
         if value is _EMPTY and names:
-            raise TypeError(f"missing params: expected p of shape ({len(names)},) for {list(names)}")
+            raise TypeError(f"missing params: expected p of shape ({len(names)},) for {_names_brief(names)}")
         a = _as_float(value, which)
-        if a.ndim == 0 and len(names) == 1:
-            a = a.reshape(1)
+        if a.ndim == 0 and len(names) == 1 or a.ndim > 1 and a.shape == getattr(names, "shape", None):
+            a = a.reshape(-1)  # (one array input: its own shape will do)
         if a.shape != (len(names),):
-            raise ValueError(f"{which}: expected shape ({len(names)},) for {list(names)}, got shape {a.shape}")
+            raise ValueError(f"{which}: expected shape ({len(names)},) for {_names_brief(names)}, "
+                             f"got shape {a.shape}")
         return a
 
     def _matrix(self, value: Any, which: str, n: int, rows: tuple | None = None) -> np.ndarray:
         names = self._names(which)
         if value is None:
             if n:
-                raise TypeError(f"missing params: expected {which} of shape (N, {n}) for {list(names)}")
+                raise TypeError(f"missing params: expected {which} of shape (N, {n}) for {_names_brief(names)}")
             return np.zeros((rows[0] if rows else 0, 0))
         a = _as_float(value, which)
         if a.ndim == 1 and rows is not None:
@@ -192,7 +195,7 @@ class Compiled:
             a = a.reshape(-1, 1)
         if a.ndim != 2 or a.shape[1] != n or (rows is not None and a.shape[0] not in rows):
             want = f"({'1 or ' + str(rows[1]) if rows else 'N'}, {n})"
-            raise ValueError(f"{which}: expected shape {want} for {list(names)}, got shape {a.shape}")
+            raise ValueError(f"{which}: expected shape {want} for {_names_brief(names)}, got shape {a.shape}")
         return a
 
     def _out(self, out: Any) -> np.ndarray:
@@ -211,7 +214,9 @@ class Compiled:
                 f"outputs {self.shape or 'scalar'}>")
 
 
-def _names_brief(names: tuple[str, ...], shown: int = 6) -> str:
+def _names_brief(names: Any, shown: int = 6) -> str:
+    if not isinstance(names, tuple):  # a rolled program's layout: its arrays' names and shapes
+        return repr(names)
     if len(names) <= shown:
         return str(list(names))
     return f"[{', '.join(map(repr, names[:shown - 2]))}, ..., {names[-1]!r}] ({len(names)})"
@@ -294,14 +299,15 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto":
-        backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
-    return _from_program(program, backend, shape, pattern, roots if REGISTRY[backend].needs_roots else None)
+        backend = "numba" if len(program) <= AUTO_THRESHOLD or isinstance(program, LoopProgram) else "vm"
+    needs_roots = backend in REGISTRY and REGISTRY[backend].needs_roots
+    return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
                   roots: list[Expr] | None) -> Compiled:
     """The Compiled for a lowered program (also how a pickled one comes back: disk cache, or a recompile)."""
-    kernels = REGISTRY[backend].make(program, roots)
+    kernels = program.kernels(backend, roots)
     return Compiled(program, kernels, shape, pattern, roots)
 
 
@@ -327,6 +333,10 @@ def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") 
         pattern = (outputs.indices, outputs.indptr, outputs.shape)
         return _make(outputs.exprs, inputs, params, backend, (outputs.nnz,), False, pattern)
     roots = as_expr_list(outputs)
+    if isinstance(outputs, Expr) and outputs.op.array_valued:  # a rolled array: its shape
+        return _make(roots, inputs, params, backend, outputs.shape, False)
+    if any(r.op.array_valued for r in roots):  # several: their elements one after another
+        return _make(roots, inputs, params, backend, (sum(math.prod(r.shape) for r in roots),), False)
     scalar = isinstance(outputs, Expr) or isinstance(outputs, (int, float))
     return _make(roots, inputs, params, backend, () if scalar else np.shape(outputs), scalar)
 
@@ -345,12 +355,17 @@ def value_and_grad(f: Any, wrt: Any, params: Any = (), backend: str = "auto", *,
     """
     wrt_list = as_expr_list(wrt)
     for v in wrt_list:
-        if v.op.name != "var":
-            raise TypeError(f"value_and_grad: wrt must be variables, got the expression {v}")
+        if v.op.name not in ("var", "array"):
+            raise TypeError(f"value_and_grad: wrt must be variables or arrays (sg.array), got the expression {v}")
     f_expr = as_expr_list(f)
-    if len(f_expr) != 1:
-        raise ValueError(f"value_and_grad needs one scalar expression, got {len(f_expr)}")
+    if len(f_expr) != 1 or f_expr[0].op.array_valued:
+        raise ValueError(f"value_and_grad needs one scalar expression, got {_outputs_brief(f)}")
     if gradient is None:
         gradient = grad(f_expr[0], wrt_list)
-    return _make([f_expr[0], *gradient], wrt_list, params, backend, (len(wrt_list),), True)
+    size = sum(math.prod(v.shape) for v in wrt_list)
+    return _make([f_expr[0], *gradient], wrt_list, params, backend, (size,), True)
+
+
+def _outputs_brief(f: Any) -> str:
+    return f"the array {str(f)[:60]}" if isinstance(f, Expr) else f"{len(as_expr_list(f))} expressions"
 

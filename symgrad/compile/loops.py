@@ -1,25 +1,34 @@
-"""Rolled expressions -> Numba loops (being built, issue 11).
+"""Rolled expressions -> Numba loops, and the :class:`LoopProgram` that ``Compiled`` runs them through.
 
 One fused loop nest per materialised array (a ``tensor`` or ``scatter``) and for the scalar
 outputs; a reduction is an inner loop with an accumulator. Each value is computed in the
 outermost loop where every index it varies over is bound, so loop-invariant work is hoisted;
-index arithmetic stays in integers. The kernel reads its inputs from one flat vector ``x``
-(arrays raveled, then scalars) and writes its array outputs into ``out``.
+index arithmetic stays in integers. The kernel reads its inputs from flat vectors ``x`` and
+``p`` (each input array raveled, scalars one entry each, in order) and writes its other
+outputs, raveled, into ``out``. Compile time does not depend on the arrays' sizes.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
+import itertools
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from numba import types
+import numpy as np
 
 from symgrad.compile import cache
+from symgrad.compile.backends import SIGNATURES, Kernels
 from symgrad.compile.numba_backend import _literal
-from symgrad.expr.node import Expr
+from symgrad.expr.dot import to_dot
+from symgrad.expr.interp import run
+from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import fresh_index, substitute_indices, value_range
+from symgrad.expr.rolled import fresh_index, shape_of, substitute_indices, value_range
 from symgrad.expr.traverse import topo_order
 
 _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
@@ -150,17 +159,16 @@ class _Emitter:
         home.names[node] = acc
 
 
-def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str:
-    """A Numba module whose ``kernel(x, out, work)`` returns ``outputs[0]`` (a scalar) and writes
-    the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` (arrays
-    raveled, scalars) in order; ``work`` (``WORK`` floats, the caller's, one per thread) holds the
-    temporary arrays.
+def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = (), name: str = "kernel") -> str:
+    """A Numba module whose ``kernel(x, p, out, work)`` returns ``outputs[0]`` (a scalar) and writes
+    the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` and ``p``
+    ``params`` (arrays raveled, scalars) in order; ``work`` (``WORK`` floats, one per thread) holds
+    the temporary arrays.
 
     >>> import symgrad as sg
-    >>> from symgrad.expr.rolled import array, index, reduce
-    >>> x, i = array("x", 3), index("i", 3)
-    >>> print(source([reduce("sum", x[i] ** 2, i)], [x]).split("def kernel")[1].strip())
-    (x, out, work):
+    >>> x, i = sg.array("x", 3), sg.index("i", 3)
+    >>> print(source([sg.sum(x[i] ** 2, i)], [x]).split("def kernel")[1].strip())
+    (x, p, out, work):
         b1 = x[0:3].reshape((3,))
         a5 = 0.0
         for i2 in range(3):
@@ -173,19 +181,18 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
         if r.free:
             raise ValueError(f"compiling: the output {str(r)[:60]} varies over {sorted(map(str, r.free))}: reduce "
                              "it or make it a tensor")
-        if r.op.array_valued and (k == 0 or r.op.name not in ("tensor", "scatter")):
+        if r.op.array_valued and (k == 0 or r.op.name == "table"):
             raise ValueError(f"compiling: output {k} is the array {str(r)[:60]}; the first output must be a "
-                             "scalar and array outputs tensors or scatters")
-    lines, buffers, scalars, head, offset = [], {}, {}, [], 0
+                             "scalar, and a constant table is no output")
+    lines, buffers, scalars, head = [], {}, {}, []
     emitter = _Emitter(buffers, scalars)
-    for v in inputs:
-        size = math.prod(v.shape) if v.op.name == "array" else 1
-        if v.op.name == "array":
-            buffers[v] = emitter.fresh("b")
-            lines.append(f"{buffers[v]} = x[{offset}:{offset + size}].reshape({v.shape!r})")
-        else:
-            scalars[v] = f"x[{offset}]"
-        offset += size
+    for vector, group in (("x", inputs), ("p", params)):
+        for v, start, size in Layout(group).blocks():
+            if v.op.name == "array":
+                buffers[v] = emitter.fresh("b")
+                lines.append(f"{buffers[v]} = {vector}[{start}:{start + size}].reshape({v.shape!r})")
+            else:
+                scalars[v] = f"{vector}[{start}]"
     order = topo_order(outputs)
     missing = sorted(str(n) for n in order if n.op.name in ("var", "array") and n not in scalars | buffers)
     if missing:
@@ -225,6 +232,8 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
     for r, start in slots:
         if not r.op.array_valued:
             top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
+        elif r.op.name == "array":  # an input as it is (the gradient of a linear function)
+            top.lines.append(f"out[{start}:{start + math.prod(r.shape)}] = {buffers[r]}.ravel()")
         elif start != out_offsets[r]:  # the same array again: a copy of where it was computed
             size, first = math.prod(r.shape), out_offsets[r]
             top.lines.append(f"out[{start}:{start + size}] = out[{first}:{first + size}]")
@@ -232,7 +241,7 @@ def source(outputs: list[Expr], inputs: list[Expr], name: str = "kernel") -> str
     body = "\n".join("    " + line for line in lines + top.lines + [f"return {ret}"])
     return ("import math\n\nimport numba\nimport numpy as np\n\n" + "".join(h + "\n" for h in head) +
             f"WORK = {work}  # floats of workspace its temporary arrays take\n"
-            f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, out, work):\n{body}\n")
+            f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, p, out, work):\n{body}\n")
 
 
 def _groups(arrays: list[Expr]) -> list[list[Expr]]:
@@ -298,10 +307,231 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     top.lines += ["    " * len(indices) + line for line in inner.lines]
 
 
-def compile_kernel(outputs: list[Expr], inputs: list[Expr]) -> tuple[Any, int]:
-    """The compiled ``kernel(x, out, work) -> value`` for rolled ``outputs`` (see :func:`source`),
-    for C-contiguous float64 vectors, through the disk cache; and the workspace size it needs."""
-    text = source(outputs, inputs)
-    module = cache.load(f"loops_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
-    vector = types.float64[::1]
-    return cache.typed(module, "kernel", (vector, vector, vector)), module.WORK
+class Layout(Sequence):
+    """The entries of a flat argument vector: each array raveled, then one per scalar, in order.
+    Named like ``x[0, 1]`` on demand (an array may have 10**6 elements: no list of names is made).
+
+    >>> import symgrad as sg
+    >>> v = Layout([sg.array("x", (2, 2)), sg.Var("a")])
+    >>> len(v), v[1], v[-1], v[:2]
+    (5, 'x[0, 1]', 'a', ['x[0, 0]', 'x[0, 1]'])
+    """
+
+    def __init__(self, exprs: Sequence[Expr]) -> None:
+        self.exprs = tuple(exprs)
+        sizes = [math.prod(shape_of(v)) if v.op.name == "array" else 1 for v in self.exprs]
+        self.starts = [0, *itertools.accumulate(sizes)]
+        # One array: calls may pass it in its own shape (the gradient comes back raveled).
+        self.shape = self.exprs[0].shape if len(self.exprs) == 1 and self.exprs[0].op.name == "array" else None
+
+    def blocks(self) -> list[tuple[Expr, int, int]]:
+        """(input, its first entry, its number of entries), in order."""
+        return [(v, a, b - a) for v, a, b in zip(self.exprs, self.starts, self.starts[1:])]
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        k = k + len(self) if k < 0 else k
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        block = bisect.bisect_right(self.starts, k) - 1
+        v = self.exprs[block]
+        if v.op.name != "array":
+            return v.payload
+        where = np.unravel_index(k - self.starts[block], v.shape)
+        return f"{v.payload[0]}[{', '.join(str(int(w)) for w in where)}]"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and self.exprs == other.exprs
+
+    def __hash__(self) -> int:
+        return hash(self.exprs)
+
+    def __repr__(self) -> str:
+        names = (f"{v.payload[0]}{list(v.shape)}" if v.op.name == "array" else v.payload for v in self.exprs)
+        return f"({', '.join(names)})"
+
+
+_ZERO = intern(OPS["const"], (), 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class LoopProgram:
+    """A compiled function's plan when its expressions are rolled: the roots themselves (a few
+    nodes, whatever the arrays' sizes), read by the loop generator or the interpreter.
+
+    ``returns_value``: the first root is returned as a float; the others (``n_out`` floats, arrays
+    raveled) are written to an output array. ``inputs`` and ``params`` are the layouts of ``x``, ``p``.
+
+    >>> import symgrad as sg
+    >>> x, i = sg.array("x", 4), sg.index("i", 4)
+    >>> f = sg.sum(x[i] ** 2, i)
+    >>> print(LoopProgram.make([f, *sg.grad(f, [x])], [x], [], True))
+    { lambda x[4] = (x[4]).
+      return sum(x[i]**2, i=0..3)
+      out[0:4] = tensor(2*x[x#0], x#0=0..3) }
+    """
+
+    roots: tuple[Expr, ...]
+    inputs: Layout
+    params: Layout
+    n_out: int
+    returns_value: bool
+
+    @classmethod
+    def make(cls, roots: list[Expr], inputs: list[Expr], params: list[Expr], returns_value: bool) -> LoopProgram:
+        """The program for ``roots``, checked: every array or variable it reads is an input or a param."""
+        have = set(inputs).union(params)
+        missing = sorted(str(n) for n in topo_order(roots) if n.op.name in ("var", "array") and n not in have)
+        if missing:
+            raise ValueError(f"the outputs depend on {', '.join(missing[:5])}, which are not among the inputs "
+                             f"{Layout(inputs)!r} or params {Layout(params)!r}")
+        for r in roots:
+            if r.free:
+                raise ValueError(f"compiling: the output {str(r)[:60]} varies over {sorted(map(str, r.free))}: "
+                                 "reduce it (sg.sum) or make it an array (sg.tensor)")
+        n_out = sum(math.prod(r.shape) for r in roots[returns_value:])
+        return cls(tuple(roots), Layout(inputs), Layout(params), n_out, returns_value)
+
+    @functools.cached_property
+    def source(self) -> str:
+        """The generated Numba module: the loop kernel and its point / batch / total entries."""
+        outputs = list(self.roots) if self.returns_value else [_ZERO, *self.roots]
+        return source(outputs, self.inputs.exprs, self.params.exprs) + _ENTRIES.format(
+            nx=len(self.inputs), np=len(self.params), nout=self.n_out)
+
+    @property
+    def key(self) -> str:
+        return hashlib.blake2b(self.source.encode(), digest_size=12).hexdigest()
+
+    @property
+    def n_ops(self) -> int:
+        """The number of arithmetic nodes in the rolled graph (its size, not the arrays')."""
+        return sum(1 for n in topo_order(list(self.roots)) if n.op.kind != "rolled" and n.args)
+
+    def __len__(self) -> int:
+        return len(topo_order(list(self.roots)))
+
+    def kernels(self, backend: str, roots: Any = None) -> Kernels:
+        """The kernels running this program on ``backend`` ("numba" loops, or the "python" interpreter)."""
+        if backend not in LOOP_BACKENDS:
+            raise ValueError(f"backend {backend!r} does not run rolled expressions yet; use one of "
+                             f"{sorted(LOOP_BACKENDS)} (or unroll them: sg.unroll)")
+        return LOOP_BACKENDS[backend](self)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT of the rolled expressions the program computes."""
+        return to_dot(list(self.roots), "program")
+
+    def __str__(self) -> str:
+        sig = f"x[{len(self.inputs)}] = {self.inputs!r}"
+        if self.params.exprs:
+            sig += f"; p[{len(self.params)}] = {self.params!r}"
+        lines, at = [f"{{ lambda {sig}."], 0
+        for k, r in enumerate(self.roots):
+            if k == 0 and self.returns_value:
+                lines.append(f"  return {r}")
+                continue
+            size = math.prod(r.shape)
+            lines.append(f"  out[{at}:{at + size}] = {r}" if r.op.array_valued else f"  out[{at}] = {r}")
+            at += size
+        return "\n".join(lines) + " }"
+
+    def __repr__(self) -> str:
+        return f"<LoopProgram {len(self.roots)} outputs, x[{len(self.inputs)}], p[{len(self.params)}]>"
+
+
+# The entries Compiled calls, around the loop kernel: sizes checked (a longer vector would be
+# read silently otherwise), the workspace allocated once per call or per thread's rows.
+_ENTRIES = """
+
+@numba.njit(error_model='numpy')
+def _workspace():
+    return np.empty(WORK)
+
+
+@numba.njit(error_model='numpy')
+def point(x, p, out):
+    if x.shape[0] != {nx} or p.shape[0] != {np} or out.shape[0] != {nout}:
+        raise ValueError("symgrad: wrong shape")
+    return kernel(x, p, out, _workspace())
+
+
+@numba.njit(error_model='numpy')
+def batch(X, P, V, OUT, lo, hi):
+    if X.shape[1] != {nx} or P.shape[1] != {np} or OUT.shape[1] != {nout}:
+        raise ValueError("symgrad: wrong shape")
+    work = _workspace()
+    for r in range(lo, hi):
+        v = kernel(X[r], P[r if P.shape[0] > 1 else 0], OUT[r], work)
+        if V.shape[0]:
+            V[r] = v
+
+
+@numba.njit(error_model='numpy')
+def total(x, P, acc, lo, hi):
+    if x.shape[0] != {nx} or P.shape[1] != {np}:
+        raise ValueError("symgrad: wrong shape")
+    work, part = _workspace(), np.empty({nout})
+    acc[:] = 0.0
+    for r in range(lo, hi):
+        acc[0] += kernel(x, P[r], part, work)
+        acc[1:] += part
+"""
+
+
+def numba_kernels(program: LoopProgram) -> Kernels:
+    """Numba loop kernels for ``program`` (the interpreter's past ``$SYMGRAD_MAX_PROGRAMS``)."""
+    name = f"loops_{program.key}"
+    if not cache.has_room(name):
+        cache.warn_once("loop programs", f"{cache.max_programs()} programs are compiled with Numba in this "
+                        "process (its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new rolled ones run "
+                        "on the interpreter")
+        return python_kernels(program)
+    module = cache.load(name, program.source)
+    return Kernels("numba", functools.lru_cache(None)(
+        lambda variant: cache.typed(module, variant, SIGNATURES[variant])), program.source)
+
+
+def python_kernels(program: LoopProgram) -> Kernels:
+    """The reference interpreter (NumPy, vectorised over each index) behind the kernel interface."""
+    order = topo_order(list(program.roots))
+
+    def values(x: np.ndarray, p: np.ndarray) -> list:
+        given = {}
+        for layout, vector in ((program.inputs, x), (program.params, p)):
+            for v, start, size in layout.blocks():
+                if v.op.name == "array":
+                    given[v.payload[0]] = vector[start:start + size].reshape(v.shape)
+                else:
+                    given[v.payload] = vector[start]
+        got = run(order, given, set(program.roots))
+        return [np.ravel(got[r]) for r in program.roots]
+
+    def point(x, p, out):
+        if len(x) != len(program.inputs) or len(p) != len(program.params) or len(out) != program.n_out:
+            raise ValueError("symgrad: wrong shape")
+        got = values(x, p)
+        if program.n_out:
+            out[:] = np.concatenate(got[program.returns_value:])
+        return float(got[0][0]) if program.returns_value else 0.0
+
+    def batch(X, P, V, OUT, lo, hi):
+        for r in range(lo, hi):
+            v = point(X[r], P[r if len(P) > 1 else 0], OUT[r])
+            if len(V):
+                V[r] = v
+
+    def total(x, P, acc, lo, hi):
+        acc[:], part = 0.0, np.empty(program.n_out)
+        for r in range(lo, hi):
+            acc[0] += point(x, P[r], part)
+            acc[1:] += part
+
+    return Kernels("python", dict(point=point, batch=batch, total=total).__getitem__, program.__str__)
+
+
+LOOP_BACKENDS: dict[str, Callable[[LoopProgram], Kernels]] = {"numba": numba_kernels, "python": python_kernels}

@@ -18,7 +18,6 @@ import numpy as np
 from symgrad.expr.dot import quote
 from symgrad.expr.node import Expr, float_bits
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import require_scalar
 from symgrad.expr.traverse import as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
 
@@ -69,6 +68,12 @@ class Program:
 
     def __len__(self) -> int:
         return len(self.code)
+
+    def kernels(self, backend: str, roots: list[Expr] | None = None) -> Any:
+        """The Kernels of the registered ``backend`` for this program (``roots``: the interpreter's)."""
+        from symgrad.compile.backends import REGISTRY  # (backends import Program)
+
+        return REGISTRY[backend].make(self, roots)
 
     def __str__(self) -> str:
         sig = f"x[{len(self.inputs)}] = ({', '.join(self.inputs)})"
@@ -169,14 +174,18 @@ def _indices_in_range(code: np.ndarray, n_consts: int, names: tuple, n_slots: in
 def _names(spec: Any, what: str) -> list[Expr]:
     flat = [] if spec is None else as_expr_list(spec)
     for v in flat:
-        if v.op.name != "var":
-            raise TypeError(f"{what} must be variables, got the expression {v}")
-    seen: set[str] = set()
+        if v.op.name not in ("var", "array"):
+            raise TypeError(f"{what} must be variables or arrays (sg.array), got the expression {v}")
+    seen: set[Expr] = set()
     for v in flat:
-        if v.payload in seen:
-            raise ValueError(f"{what}: variable {v.payload!r} is listed twice")
-        seen.add(v.payload)
+        if v in seen:
+            raise ValueError(f"{what}: {_label(v)} is listed twice")
+        seen.add(v)
     return flat
+
+
+def _label(v: Expr) -> str:
+    return f"variable {v.payload!r}" if v.op.name == "var" else f"array {v.payload[0]!r}"
 
 
 class _Emitter:
@@ -237,10 +246,12 @@ def _emit_power(em: _Emitter, base: int, k: int, one: int | None) -> int:
     return inverse
 
 
-def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | None = None) -> Program:
+def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | None = None) -> Any:
     """Lower expressions to a :class:`Program` reading ``x`` (``inputs``) and ``p`` (``params``).
 
     ``returns_value`` (default: a single output) makes the first output the returned float.
+    Rolled expressions (sums, arrays) are not flattened: they give a
+    :class:`~symgrad.compile.loops.LoopProgram`, compiled to loops.
 
     >>> import symgrad as sg
     >>> x = sg.Var("x")
@@ -252,12 +263,15 @@ def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | 
     loads = {v: (LOAD_X, i) for i, v in enumerate(xs)}
     for i, v in enumerate(ps):
         if v in loads:
-            raise ValueError(f"variable {v.payload!r} is both an input and a param")
+            raise ValueError(f"{_label(v)} is both an input and a param")
         loads[v] = (LOAD_P, i)
     if returns_value is None:
         returns_value = len(roots) == 1
     order = topo_order(roots)
-    require_scalar(order, "compiling")
+    if any(n.op.kind == "rolled" for n in order) or any(v.op.name == "array" for v in loads):
+        from symgrad.compile.loops import LoopProgram  # (it imports the backends, which import this)
+
+        return LoopProgram.make(roots, xs, ps, returns_value)
     missing = [n.payload for n in order if n.op.name == "var" and n not in loads]
     if missing:
         raise ValueError(f"the outputs depend on variable {sorted(missing)[0]!r}, which is not among the "

@@ -67,13 +67,17 @@ def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
     return rows
 
 
-def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], update: Any) -> list[Expr]:
+def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], update: Any,
+           outer: tuple = ()) -> list[Expr]:
     """One reverse sweep over ``order`` (``out``'s graph, arguments first): d out / d wrt[j].
 
     Rolled nodes: an argument that does not vary over an index its user varies over gets the sum
     of the contributions over that index; a reduction hands its adjoint to its body; a load hands
     ``(load, adjoint)`` to its array, whose adjoint (an array: for a tensor, its body's adjoint)
-    is gathered from those sites once all of them are known (rolled.gather)."""
+    is gathered from those sites once all of them are known (rolled.gather).
+
+    ``outer``: the indices ``out`` varies over (a Jacobian's rows); adjoints vary over them too,
+    never summed, and each derivative comes back as a tensor over them."""
     adj: dict[Expr, Expr] = {out: _ONE} if order else {}
     sites: dict[Expr, list] = {}  # array node -> [(load node, adjoint of the load)]
     for k, node in enumerate(reversed(order)):
@@ -81,7 +85,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
             update(min(CHUNK, len(order) - k))
         name = node.op.name
         if node.op.array_valued:
-            _array_adjoint(node, sites.pop(node, []), adj)
+            _array_adjoint(node, sites.pop(node, []), adj, outer)
             continue
         g = adj.get(node) if name == "var" else adj.pop(node, None)
         if g is None:
@@ -94,30 +98,34 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
                 continue
             p = _TIES[name](node) if name in _TIES else _ONE if name == "sum" else _partial(node, i)
             if p is not None:
-                _accumulate(adj, arg, g if p is _ONE else g * p, node.free.union(node.args[1:]) if node.op.binds
-                            else node.free)
-    return [adj.get(v, rolled.zeros_like(v) if v.op.name == "array" else _ZERO) for v in wrt]
+                _accumulate(adj, arg, g if p is _ONE else g * p, (node.free.union(node.args[1:]) if node.op.binds
+                            else node.free).difference(outer))
+    if not outer:
+        return [adj.get(v, rolled.zeros_like(v) if v.op.name == "array" else _ZERO) for v in wrt]
+    return [adj[v] if v.op.name == "array" and v in adj else rolled.tensor(adj.get(v, 0.0), *outer)
+            if v.op.name == "var" else rolled.tensor(0.0, *outer, *rolled.fresh_indices(v)) for v in wrt]
 
 
 def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
     """Add ``contrib`` to ``arg``'s adjoint, summed over the indices of ``scope`` (where its user, or
-    the body of a reduction, varies) that ``arg`` does not vary over: it is the same value at each."""
+    the body of a reduction, varies, a Jacobian's rows left out) that ``arg`` does not vary over:
+    it is the same value at each."""
     for index in sorted(scope - arg.free, key=str):
         contrib = rolled.reduce("sum", contrib, index)
     adj[arg] = contrib if arg not in adj else adj[arg] + contrib
 
 
-def _array_adjoint(node: Expr, sites: list, adj: dict) -> None:
+def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple) -> None:
     """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body at its
     indices, a scatter's to its body at its addresses (tables are constants: nothing)."""
     if node.op.name == "array":
         if sites:
-            adj[node] = rolled.gather_adjoint(node, sites)
+            adj[node] = rolled.gather_adjoint(node, sites, outer)
     elif sites and node.op.name == "tensor":
-        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:]), frozenset(node.args[1:]))
+        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:], outer), frozenset(node.args[1:]))
     elif sites and node.op.name == "scatter":  # its body at I went to position address(I)
         k = node.payload[1]
-        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k]),
+        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer),
                     frozenset(node.args[1 + k:]))
 
 
@@ -158,15 +166,21 @@ def diff(f: Any, x: Expr, n: int = 1) -> Expr:
 
 
 def grad(f: Any, wrt: Any) -> Any:
-    """The gradient of a scalar ``f``: a list in ``wrt`` order (an array if ``wrt`` is one).
+    """The gradient of a scalar ``f``: a list in ``wrt`` order (an array if ``wrt`` is one). With
+    respect to an array (``sg.array``): an array expression shaped like it.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
     >>> sg.grad(x * y + sg.sin(x), [x, y])
     [y + cos(x), x]
+    >>> v, i = sg.array("v", 3), sg.index("i", 3)
+    >>> sg.grad(sg.sum(v[i] ** 2, i), v).shape
+    (3,)
     """
     flat = _check_wrt(wrt)
     row = _reverse([_scalar(f, "grad")], flat)[0]
+    if isinstance(wrt, Expr) and wrt.op.name == "array":
+        return row[0]
     return _like(wrt if not isinstance(wrt, Expr) else [wrt], row)
 
 
@@ -177,32 +191,69 @@ def _matrix(rows: list[list[Expr]], shape: tuple) -> np.ndarray:
     return out.reshape(shape)
 
 
-def jacobian(fs: Any, wrt: Any) -> np.ndarray:
+def jacobian(fs: Any, wrt: Any) -> Any:
     """The Jacobian d fs[i] / d wrt[j] as an object array of shape ``fs.shape + wrt.shape``.
+
+    Of an array expression (``sg.tensor``): an array expression shaped ``fs.shape + x.shape`` for
+    each array or variable ``x`` of ``wrt`` (a list of them, or one if ``wrt`` is one), rolled.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
     >>> sg.jacobian([x * y, x + y], [x, y])
     array([[y, x],
            [1, 1]], dtype=object)
+    >>> v, i = sg.array("v", 3), sg.index("i", 3)
+    >>> sg.evaluate(sg.jacobian(sg.tensor(v[i] ** 2, i), v), {v: [1.0, 2.0, 3.0]})
+    array([[2., 0., 0.],
+           [0., 4., 0.],
+           [0., 0., 6.]])
     """
     flat = _check_wrt(wrt)
+    if isinstance(fs, Expr) and fs.op.array_valued:
+        return _one_or_list(wrt, _array_row(fs, flat))
     outs = as_expr_list(fs)
     return _matrix(_reverse(outs, flat), np.shape(np.asarray(fs, dtype=object)) + np.shape(
         np.asarray(wrt, dtype=object)))
 
 
-def hessian(f: Any, wrt: Any) -> np.ndarray:
+@paused_gc()
+def _array_row(y: Expr, wrt: list[Expr]) -> list[Expr]:
+    """d y[I] / d wrt[j] for the tensor ``y``: tensors over (I, the element of wrt[j]), one sweep."""
+    if y.op.name != "tensor":
+        raise TypeError(f"jacobian: of a computed array (sg.tensor), not {str(y)[:60]}")
+    outer = rolled.fresh_indices(y)
+    body = rolled.substitute_indices(y.args[0], dict(zip(y.args[1:], outer)))
+    order = topo_order([body])
+    active = _active(order, wrt)
+    with progress(len(order), "jacobian") as update:
+        return _sweep(body, order if body in active else [], wrt, active, update, outer)
+
+
+def _one_or_list(wrt: Any, row: list[Expr]) -> Any:
+    return row[0] if isinstance(wrt, Expr) else list(row)
+
+
+def hessian(f: Any, wrt: Any) -> Any:
     """The Hessian of a scalar ``f``: an n-by-n object array.
+
+    With respect to arrays (``sg.array``): blocks ``[[d2f/dxi dxj]]`` (a list of lists), each a
+    rolled array shaped ``xi.shape + xj.shape``; one array given alone: its block.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
     >>> sg.hessian(x ** 2 * y, [x, y])
     array([[2*y, 2*x],
            [2*x, 0]], dtype=object)
+    >>> v, i = sg.array("v", 2), sg.index("i", 2)
+    >>> sg.evaluate(sg.hessian(sg.sum(v[i] ** 3, i), v), {v: [1.0, 2.0]})
+    array([[ 6.,  0.],
+           [ 0., 12.]])
     """
     flat = _check_wrt(wrt)
     g = _reverse([_scalar(f, "hessian")], flat)[0]
+    if any(v.op.name == "array" for v in flat):
+        blocks = [_array_row(gi, flat) if gi.op.array_valued else _reverse([gi], flat)[0] for gi in g]
+        return blocks[0][0] if isinstance(wrt, Expr) else blocks
     return _matrix(_reverse(g, flat), (len(flat), len(flat)))
 
 

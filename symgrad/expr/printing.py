@@ -8,6 +8,7 @@ subexpressions are named instead of repeated.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import Any
@@ -124,7 +125,7 @@ def _shared(roots: list[Expr], order: list[Expr]) -> list[Expr]:
             uses[a] = uses.get(a, 0) + 1
     for r in roots:
         uses[r] = uses.get(r, 0) + 1
-    return [n for n in order if n.args and uses.get(n, 0) > 1]
+    return [n for n in order if n.args and uses.get(n, 0) > 1 and n.op.name != "load"]  # x[i + 1]: short
 
 
 def _tree_size(order: list[Expr], cap: int) -> dict[Expr, int]:
@@ -142,15 +143,28 @@ def _fresh_prefix(order: list[Expr]) -> str:
     return prefix
 
 
+def _index_names(order: list[Expr], latex: bool) -> dict[Expr, str]:
+    """Short names for the index symbols derivatives create (``x#12``): j, k, l, ... unused elsewhere."""
+    made = sorted((n for n in order if n.op.name == "index" and "#" in n.payload[0]), key=lambda n: n.payload)
+    taken = {n.payload if n.op.name == "var" else n.payload[0] for n in order
+             if n.op.name in ("var", "index", "array")}
+    free = (name for k in itertools.count() for name in (c + (str(k) if k else "") for c in "jklmnqsuw")
+            if name not in taken)
+    return {n: _latex_name(name) if latex else name for n, name in zip(made, free)}
+
+
 def _let_form(labels: list[str], roots: list[Expr], latex: bool, inline: bool) -> str:
     order = topo_order(roots)
-    if inline:
-        named: list[Expr] = []
-    else:
-        root_set = set(roots)
-        named = [n for n in _shared(roots, order) if n not in root_set or len(roots) > 1]
+    root_set = set(roots)
+    named = [] if inline else [n for n in _shared(roots, order) if n not in root_set or len(roots) > 1]
+    arrays = [n for n in order if n.op.array_valued and n.args and n not in root_set]  # computed arrays: named
+    if arrays:
+        named = [n for n in order if n in set(named).union(arrays)]
     prefix = _fresh_prefix(order)
     names = {n: (f"{prefix}_{{{i}}}" if latex else f"{prefix}{i}") for i, n in enumerate(named, 1)}
+    if latex:  # an array's name gets subscripts of its own when loaded: t_{1} as {t_{1}}_{k}
+        names |= {n: "{" + names[n] + "}" for n in arrays}
+    names |= _index_names(order, latex)
     eq = " = "
     lines = [f"{names[n]}{eq}{_emit(n, names, latex)}" for n in named]
     for label, r in zip(labels, roots):

@@ -197,6 +197,9 @@ def tensor(body: Any, *indices: Expr) -> Expr:
     if len(set(indices)) != len(indices):
         raise ValueError(f"tensor: an index appears twice in {list(indices)}")
     body = body if isinstance(body, Expr) else intern(ops.OPS["const"], (), float(body))
+    if body.op.name == "load" and body.payload is None and len(body.args) == len(indices) + 1 and \
+            all(a is i for a, i in zip(body.args[1:], indices)):
+        return body.args[0]  # tensor(t[i, j], i, j) is t
     outer = body.free.difference(indices)
     if outer:
         raise ValueError(f"tensor: the body {body} also varies over {sorted(str(i) for i in outer)}, which the "
@@ -275,11 +278,13 @@ _FRESH = itertools.count()  # names of the index symbols derivatives introduce: 
 
 def zeros_like(x: Expr) -> Expr:
     """The zero array shaped like the array ``x`` (its gradient where it does not appear)."""
-    return tensor(0.0, *_fresh_indices(x))
+    return tensor(0.0, *fresh_indices(x))
 
 
-def _fresh_indices(x: Expr) -> tuple:
-    return tuple(index(f"{x.payload[0]}#{next(_FRESH)}", n) for n in shape_of(x))
+def fresh_indices(x: Expr) -> tuple:
+    """New index symbols over the array ``x``'s axes (named ``x#7``: no user index is)."""
+    name = x.payload[0] if x.op.name == "array" else "k"
+    return tuple(index(f"{name}#{next(_FRESH)}", n) for n in shape_of(x))
 
 
 def fresh_index(i: Expr) -> Expr:
@@ -287,27 +292,32 @@ def fresh_index(i: Expr) -> Expr:
     return index(f"{i.payload[0].split('#')[0]}#{next(_FRESH)}", i.payload[1])
 
 
-def gather_adjoint(x: Expr, sites: list) -> Expr:
-    """The adjoint of the input array ``x`` from its loads' adjoints: a tensor over fresh indices."""
-    targets = _fresh_indices(x)
-    return tensor(gather(x, sites, targets), *targets)
+def gather_adjoint(x: Expr, sites: list, outer: tuple = ()) -> Expr:
+    """The adjoint of the input array ``x`` from its loads' adjoints: a tensor over fresh indices
+    (over ``outer`` first, when the adjoints vary over a Jacobian's output indices)."""
+    targets = fresh_indices(x)
+    return tensor(gather(x, sites, targets, outer), *outer, *targets)
 
 
-def gather(arr: Expr, sites: list, targets: tuple) -> Expr:
+def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = ()) -> Expr:
     """The adjoint of ``arr`` at position ``targets``: the sum over its loads ``(arr[a(I)], w(I))`` of
     the w(I) with a(I) == targets. Each site is inverted (Halide's scatter-to-gather: one formula,
-    guarded by where its solution lies in range) where ``solve`` can, and scattered otherwise."""
+    guarded by where its solution lies in range) where ``solve`` can, and scattered otherwise.
+    The ``outer`` indices (a Jacobian's rows) are fixed: never solved for, never summed."""
     total = None
     for load, w in sites:
-        term = _inverted(load, w, targets)
+        term = _inverted(load, w, targets, outer)
         if term is None:
+            if outer:
+                raise NotImplementedError(f"a Jacobian through the gather {load} (a table or a map that cannot be "
+                                          "inverted) is not available: differentiate sg.unroll(...) instead")
             term = apply(ops.load, (_scatter(arr, load, w), *targets))
         total = term if total is None else total + term
     return total
 
 
-def _inverted(load: Expr, w: Expr, targets: tuple) -> Expr | None:
-    solved: dict[Expr, Expr] = {}
+def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple = ()) -> Expr | None:
+    solved: dict[Expr, Expr] = {o: o for o in outer}
     guards: list[Expr] = []
     for address, target in zip(load.args[1:], targets):
         if all(i in solved for i in address.free):
@@ -337,7 +347,9 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     materialised over the load's indices: computed once per index value (in one loop with the
     other sites' adjoints and the value, by the compiler), however many sites read it shifted.
     Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read."""
-    indices = tuple(sorted(load.free, key=str))
+    # In the order the addresses name them: the adjoint of x[r, c] is then that tensor itself.
+    indices = tuple(dict.fromkeys([*(i for a in load.args[1:] for i in sorted(a.free, key=str)),
+                                   *sorted(w.free, key=str)]))  # (w may vary over a Jacobian's rows too)
     if not indices or not any(_costly(n) for n in topo_order([w])):
         return substitute_indices(w, solved)
     return apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
