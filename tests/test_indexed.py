@@ -1,0 +1,216 @@
+"""Indexed expressions through the public API: sg.array / index / sum / tensor, their rolled Jacobians
+and Hessians, and compiled functions of them (loops), against NumPy by hand and the unrolled graph."""
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from rolled_graphs import elements, nested_sums, rolled_sums, tied
+
+import symgrad as sg
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def rosenbrock(n):
+    x, i = sg.array("x", n), sg.index("i", n - 1)
+    return sg.sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2, i), x
+
+
+def rosenbrock_by_hand(x0):
+    value = np.sum(100 * (x0[1:] - x0[:-1] ** 2) ** 2 + (1 - x0[:-1]) ** 2)
+    g = np.zeros_like(x0)
+    g[:-1] = -400 * x0[:-1] * (x0[1:] - x0[:-1] ** 2) - 2 * (1 - x0[:-1])
+    g[1:] += 200 * (x0[1:] - x0[:-1] ** 2)
+    return value, g
+
+
+def test_the_api_of_the_issue_end_to_end():
+    n = 10_000
+    f, x = rosenbrock(n)
+    g = sg.grad(f, x)
+    assert g.shape == (n,) and sg.count_nodes(g) < 3 * sg.count_nodes(f) < 60
+    text = str(g)
+    assert text.startswith("tensor(") and text.endswith("j=0..9999)") and "x[j - 1]" in text
+    vg = sg.value_and_grad(f, [x])
+    x0 = np.random.default_rng(0).uniform(-2, 2, n)
+    value, gradient = vg(x0)
+    want_value, want_gradient = rosenbrock_by_hand(x0)
+    assert value == pytest.approx(want_value, rel=1e-12)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-12, atol=1e-9)
+    assert vg.backend == "numba" and "for " in vg.source and str(n - 1) in vg.source
+    small, xs = rosenbrock(6)
+    x6 = x0[:6]
+    assert sg.evaluate(sg.unroll(small), elements("x", x6)) == pytest.approx(rosenbrock_by_hand(x6)[0], rel=1e-13)
+
+
+def test_an_mlp_with_tensor_and_sum_against_numpy_by_hand():
+    rng = np.random.default_rng(1)
+    S, D, H, K = 6, 5, 4, 3
+    X, T = sg.array("X", (S, D)), sg.array("T", (S, K))
+    W1, b1, W2 = sg.array("W1", (D, H)), sg.array("b1", H), sg.array("W2", (H, K))
+    s, d, h, o = sg.index("s", S), sg.index("d", D), sg.index("h", H), sg.index("o", K)
+    hidden = sg.tensor(sg.tanh(sg.sum(X[s, d] * W1[d, h], d) + b1[h]), s, h)
+    out = sg.tensor(sg.sum(hidden[s, h] * W2[h, o], h), s, o)
+    loss = sg.sum((out[s, o] - T[s, o]) ** 2, s, o) / S
+    X0, T0 = rng.normal(size=(S, D)), rng.normal(size=(S, K))
+    W10, b10, W20 = rng.normal(size=(D, H)), rng.normal(size=H), rng.normal(size=(H, K))
+    a = np.tanh(X0 @ W10 + b10)
+    r = a @ W20 - T0
+    want_loss = np.sum(r ** 2) / S
+    dout = 2 * r / S
+    dW2 = a.T @ dout
+    dpre = (dout @ W20.T) * (1 - a ** 2)
+    want = [X0.T @ dpre, dpre.sum(axis=0), dW2]
+    for backend in ("python", "numba"):
+        vg = sg.value_and_grad(loss, [W1, b1, W2], params=[X, T], backend=backend)
+        weights, data = np.concatenate([W10.ravel(), b10, W20.ravel()]), np.concatenate([X0.ravel(), T0.ravel()])
+        value, gradient = vg(weights, data)
+        assert value == pytest.approx(want_loss, rel=1e-12)
+        np.testing.assert_allclose(gradient, np.concatenate([w.ravel() for w in want]), rtol=1e-10, atol=1e-12)
+
+
+def periodic_p5(n):
+    x, i = sg.array("x", n), sg.index("i", n)
+    return sg.sum(sg.sin(x[i]) * x[(i + 1) % n] + (x[i] - x[(i + n - 1) % n]) ** 2, i), x
+
+
+def spring_chain(points):
+    """Points (x, y) interleaved in one vector: springs of rest length 1 between neighbours."""
+    q, i = sg.array("q", 2 * points), sg.index("i", points - 1)
+    dx, dy = q[2 * i + 2] - q[2 * i], q[2 * i + 3] - q[2 * i + 1]
+    return sg.sum((sg.sqrt(dx * dx + dy * dy) - 1.0) ** 2, i), q
+
+
+def laplacian_energy(m, k):
+    u, r, c = sg.array("u", (m, k)), sg.index("r", m - 1), sg.index("c", k - 1)
+    return sg.sum((u[r + 1, c] - u[r, c]) ** 2 + (u[r, c + 1] - u[r, c]) ** 2, r, c) / 2, u
+
+
+def _by_hand(case, v):
+    if case == "p5":
+        s = np.roll(v, -1)
+        g = np.cos(v) * s + np.roll(np.sin(v), 1) + 2 * (v - np.roll(v, 1)) - 2 * (np.roll(v, -1) - v)
+        return np.sum(np.sin(v) * s + (v - np.roll(v, 1)) ** 2), g
+    if case == "springs":
+        p = v.reshape(-1, 2)
+        d = p[1:] - p[:-1]
+        length = np.linalg.norm(d, axis=1)
+        w = (2 * (length - 1) / length)[:, None] * d
+        g = np.zeros_like(p)
+        g[1:] += w
+        g[:-1] -= w
+        return np.sum((length - 1) ** 2), g.ravel()
+    gr, gc = np.diff(v, axis=0)[:, :-1], np.diff(v, axis=1)[:-1]  # both over r < m-1, c < k-1
+    g = np.zeros_like(v)
+    g[1:, :-1] += gr
+    g[:-1, :-1] -= gr
+    g[:-1, 1:] += gc
+    g[:-1, :-1] -= gc
+    return (np.sum(gr ** 2) + np.sum(gc ** 2)) / 2, g
+
+
+@pytest.mark.parametrize("case", ["p5", "springs", "laplacian"])
+def test_periodic_strided_and_two_dimensional_problems_against_numpy_by_hand(case):
+    f, x = {"p5": lambda: periodic_p5(40), "springs": lambda: spring_chain(30),
+            "laplacian": lambda: laplacian_energy(7, 9)}[case]()
+    x0 = np.random.default_rng(2).normal(size=x.shape)
+    want_value, want_gradient = _by_hand(case, x0)
+    for backend in ("python", "numba"):
+        value, gradient = sg.value_and_grad(f, [x], backend=backend)(x0)  # x0 in x's own shape
+        assert value == pytest.approx(want_value, rel=1e-12)
+        np.testing.assert_allclose(gradient, want_gradient.ravel(), rtol=1e-11, atol=1e-11)
+    assert "scatter" not in str(sg.grad(f, x))  # every access inverts: gathers, one formula per range
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
+def test_jacobians_of_tensors_and_hessians_equal_the_unrolled_graphs(fx, values, a):
+    f, x = fx
+    n = x.shape[0]
+    x0 = np.array(values[:n]) + 0.123 * np.arange(n)
+    point = {x: x0, "a": a}
+    assume(not tied(f, point))
+    reduction = next(m for m in sg.expr.traverse.topo_order([f]) if m.op.name in ("sum", "max", "min"))
+    y = sg.tensor(reduction.args[0], reduction.args[1])  # the summed body, as an array
+    names = [sg.Var(f"x[{k}]") for k in range(n)]
+    scalar_point = {**elements("x", x0), "a": a}
+    Jx, Ja = sg.jacobian(y, [x, sg.Var("a")])
+    want = np.array(sg.evaluate(sg.jacobian(list(sg.unroll(y)), names + [sg.Var("a")]), scalar_point), dtype=float)
+    got = np.column_stack([sg.evaluate(Jx, point), sg.evaluate(Ja, point)])
+    H = sg.hessian(f, x)
+    want_h = np.array(sg.evaluate(sg.hessian(sg.unroll(f), names), scalar_point), dtype=float)
+    got_h = sg.evaluate(H, point)
+    assume(np.all(np.isfinite(want)) and np.all(np.isfinite(want_h)))
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11, err_msg=str(y))
+    np.testing.assert_allclose(got_h, want_h, rtol=1e-10, atol=1e-10, err_msg=str(f))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(nested_sums(), st.data())
+def test_compiled_programs_on_the_interpreter_backend_equal_evaluate(fAx, data):
+    """The LoopProgram path (layouts, params, batch, sum) checked broadly on the python backend."""
+    f, A, x = fAx
+    A0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=A.size, max_size=A.size))).reshape(A.shape)
+    x0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=x.size, max_size=x.size)))
+    want = sg.evaluate([f, *sg.grad(f, [A])], {A: A0, x: x0})
+    assume(all(np.all(np.isfinite(w)) for w in want))
+    vg = sg.value_and_grad(f, [A], params=[x], backend="python")
+    value, gradient = vg(A0, x0)
+    assert value == pytest.approx(want[0], rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(gradient, np.ravel(want[1]), rtol=1e-12, atol=1e-12)
+    V, G = vg.batch(np.stack([A0.ravel(), 2 * A0.ravel()]), x0)
+    assert V[0] == value and np.array_equal(G[0], gradient)
+    total, gsum = vg.sum(A0.ravel(), np.stack([x0, x0]))
+    assert total == pytest.approx(2 * value, rel=1e-14, abs=1e-14)
+    np.testing.assert_allclose(gsum, 2 * gradient, rtol=1e-14, atol=1e-14)
+
+
+def test_batch_sum_pickling_and_hessians_of_compiled_loops():
+    f, x = rosenbrock(12)
+    a = sg.Var("a")
+    f = f * sg.exp(a)
+    vg = sg.value_and_grad(f, [x, a], backend="numba")
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, (300, 13))
+    V, G = vg.batch(X)
+    for row in (0, 150, 299):
+        value, gradient = vg(X[row])
+        assert V[row] == value and np.array_equal(G[row], gradient)
+    back = pickle.loads(pickle.dumps(vg))
+    assert back.backend == "numba" and back(X[7])[0] == vg(X[7])[0]
+    t, i = sg.Var("t"), sg.index("i", 11)
+    fit = sg.sum((x[i] * t - x[i + 1]) ** 2, i)
+    vs = sg.value_and_grad(fit, [x], params=[t], backend="numba")
+    P = rng.normal(size=(50, 1))
+    total, gsum = vs.sum(X[0, :12], P)
+    rows = [vs(X[0, :12], p) for p in P]
+    assert total == pytest.approx(sum(r[0] for r in rows), rel=1e-12)
+    np.testing.assert_allclose(gsum, np.sum([r[1] for r in rows], axis=0), rtol=1e-12)
+    H = sg.hessian(f, x)
+    Hc = sg.compile(H, [x, a], backend="numba")
+    assert Hc(X[0]).shape == (12, 12)
+    np.testing.assert_allclose(Hc(X[0]), sg.evaluate(H, {x: X[0, :12], a: X[0, 12]}), rtol=1e-12, atol=1e-12)
+    hv = sg.hvp(f, [x, a])
+    v = rng.normal(size=13)
+    H_full = sg.evaluate(sg.hessian(sg.unroll(f), [sg.Var(f"x[{k}]") for k in range(12)] + [a]),
+                         {**elements("x", X[0, :12]), "a": X[0, 12]})
+    np.testing.assert_allclose(hv(X[0], v), np.array(H_full, dtype=float) @ v, rtol=1e-11, atol=1e-11)
+
+
+def test_call_errors_name_the_arrays_and_their_shapes():
+    f, x = rosenbrock(10)
+    vg = sg.value_and_grad(f, [x], backend="python")
+    with pytest.raises(ValueError, match=r"x: expected shape \(10,\) for \(x\[10\]\), got shape \(11,\)"):
+        vg(np.zeros(11))
+    assert repr(vg) == "<Compiled python: 27 ops, inputs (x[10]), outputs (10,)>"
+    with pytest.raises(TypeError, match="give the index symbol"):
+        sg.sum(sg.Var("a"))
+    with pytest.raises(ValueError, match="needs one scalar expression, got the array"):
+        sg.value_and_grad(sg.grad(f, x), [x])
+    assert sg.evaluate(sg.sum(x), {x: np.arange(10.0)}) == 45.0  # an array alone: all its elements
+    u, r, c = sg.array("u", (2, 3)), sg.index("r", 2), sg.index("c", 3)
+    assert sg.evaluate(sg.max(u[r, c] * 1.0, r, c), {u: np.arange(6.0).reshape(2, 3)}) == 5.0
+    assert sg.evaluate(sg.min(u), {u: np.arange(6.0).reshape(2, 3)}) == 0.0
