@@ -55,3 +55,48 @@ def p5(x):
         g[i] += c * b * e - 2.0 * a * s * e + 2.0 * a / (1.0 + a * a)
         g[i + 1] += c * a * e
     return f, g
+
+
+@numba.njit(error_model="numpy")
+def p5_periodic(x):
+    n = x.shape[0]
+    f = 0.0
+    g = np.zeros(n)
+    for i in range(n):
+        j = (i + 1) % n
+        a, b = x[i], x[j]
+        s, c, e = math.sin(a * b), math.cos(a * b), math.exp(-a * a)
+        f += s * e + math.log(1.0 + a * a)
+        g[i] += c * b * e - 2.0 * a * s * e + 2.0 * a / (1.0 + a * a)
+        g[j] += c * a * e
+    return f, g
+
+
+@numba.njit(error_model="numpy")
+def springs(q):
+    """Points (x, y) interleaved in q; springs of rest length 1 between neighbours."""
+    f = 0.0
+    g = np.zeros(q.shape[0])
+    for i in range(q.shape[0] // 2 - 1):
+        dx, dy = q[2 * i + 2] - q[2 * i], q[2 * i + 3] - q[2 * i + 1]
+        length = math.sqrt(dx * dx + dy * dy)
+        f += (length - 1.0) ** 2
+        w = 2.0 * (length - 1.0) / length
+        g[2 * i + 2] += w * dx
+        g[2 * i] -= w * dx
+        g[2 * i + 3] += w * dy
+        g[2 * i + 1] -= w * dy
+    return f, g
+
+
+def mlp(X, T, W1, b1, W2, b2):
+    """Softmax cross-entropy of a tanh MLP, and its gradient, in NumPy by hand (BLAS products)."""
+    a = np.tanh(X @ W1 + b1)
+    z = a @ W2 + b2
+    m = z.max(axis=1, keepdims=True)
+    e = np.exp(z - m)
+    s = e.sum(axis=1, keepdims=True)
+    loss = np.sum(m + np.log(s) - np.sum(T * z, axis=1, keepdims=True)) / len(X)
+    dz = (e / s - T) / len(X)
+    dpre = (dz @ W2.T) * (1 - a * a)
+    return loss, (X.T @ dpre, dpre.sum(axis=0), a.T @ dz, dz.sum(axis=0))

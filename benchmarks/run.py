@@ -431,36 +431,98 @@ def import_time() -> None:
     row("import symgrad (SymPy loaded on first use)", "symgrad", "import", best, None, "s")
 
 
+def rolled_problem(name: str, n: int):
+    """The rolled formula of a problem (with sg.array / sg.index / sg.sum) and its array."""
+    if name == "mlp":
+        return mlp_loss(n)
+    x = sg.array("x", n)
+    if name == "rosenbrock":
+        i = sg.index("i", n - 1)
+        return sg.sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2, i), [x]
+    if name == "p5":
+        i = sg.index("i", n - 1)
+        return sg.sum(sg.sin(x[i] * x[i + 1]) * sg.exp(-x[i] ** 2) + sg.log(1 + x[i] ** 2), i), [x]
+    if name == "p5 periodic":
+        i = sg.index("i", n)
+        y = x[(i + 1) % n]
+        return sg.sum(sg.sin(x[i] * y) * sg.exp(-x[i] ** 2) + sg.log(1 + x[i] ** 2), i), [x]
+    i = sg.index("i", n // 2 - 1)  # the spring chain: points (x, y) interleaved
+    dx, dy = x[2 * i + 2] - x[2 * i], x[2 * i + 3] - x[2 * i + 1]
+    return sg.sum((sg.sqrt(dx * dx + dy * dy) - 1.0) ** 2, i), [x]
+
+
+MLP = (256, 64, 32, 10)  # samples, inputs, hidden, classes
+
+
+def mlp_loss(samples: int):
+    """Softmax cross-entropy of a 64-32-10 tanh MLP over the samples (stable: max-shifted)."""
+    _, D, H, K = MLP
+    X, T = sg.array("X", (samples, D)), sg.array("T", (samples, K))
+    W1, b1, W2, b2 = sg.array("W1", (D, H)), sg.array("b1", H), sg.array("W2", (H, K)), sg.array("b2", K)
+    s, d, h, k = sg.index("s", samples), sg.index("d", D), sg.index("h", H), sg.index("k", K)
+    a = sg.tensor(sg.tanh(sg.sum(X[s, d] * W1[d, h], d) + b1[h]), s, h)
+    z = sg.tensor(sg.sum(a[s, h] * W2[h, k], h) + b2[k], s, k)
+    m = sg.tensor(sg.max(z[s, k], k), s)
+    lse = m[s] + sg.log(sg.sum(sg.exp(z[s, k] - m[s]), k))
+    return sg.sum(lse - sg.sum(T[s, k] * z[s, k], k), s) / samples, [W1, b1, W2, b2, X, T]
+
+
+def rolled_ready(name: str, n: int, backend: str = "auto"):
+    """From nothing to a compiled value-and-gradient that has run once."""
+    f, arrays = rolled_problem(name, n)
+    wrt, data = (arrays[:4], arrays[4:]) if name == "mlp" else (arrays, [])
+    vg = sg.value_and_grad(f, wrt, params=data, backend=backend)
+    size = sum(v.size for v in wrt)
+    vg(np.full(size, 0.5), np.zeros(sum(v.size for v in data)))
+    return vg
+
+
 def rolled() -> None:
-    """Rolled expressions compiled to loops (issue 11, through symgrad.compile.loops until the public
-    API lands): value and gradient against the hand-written @njit loops, ready time at any n."""
-    from symgrad.compile import loops
-    from symgrad.expr.rolled import array, index, reduce
-
-    def rosen(x, i):
-        return reduce("sum", 100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2, i)
-
-    def p5(x, i):
-        return reduce("sum", sg.sin(x[i] * x[i + 1]) * sg.exp(-x[i] ** 2) + sg.log(1 + x[i] ** 2), i)
-
-    def make(body, n):
-        x = array("x", n)
-        f = body(x, index("i", n - 1))
-        kernel, work = loops.compile_kernel([f, *sg.grad(f, [x])], [x])
-        out, scratch = np.empty(n), np.empty(work)
-        call = lambda v: kernel(v, out, scratch)  # noqa: E731
-        call(np.full(n, 0.5))
-        return call
-
-    for name, body, hand_fn, sizes in (("P2 Rosenbrock", rosen, hand.rosen, (10**4, 10**6)),
-                                       ("P5", p5, hand.p5, (20000, 10**6))):
+    """Indexed expressions (sg.array / sg.index / sg.sum) compiled to loops: value and gradient
+    against hand-written @njit loops and NumPy; ready time (build, differentiate, compile, first
+    call) at any n."""
+    for name, label, hand_fn, sizes in (("rosenbrock", "P2 Rosenbrock", hand.rosen, (10**4, 10**6)),
+                                        ("p5", "P5", hand.p5, (20000, 10**6)),
+                                        ("p5 periodic", "P5 periodic", hand.p5_periodic, (20000, 10**6)),
+                                        ("springs", "spring chain", hand.springs, (20000, 10**6))):
         for n in sizes:
             v = np.linspace(-1.0, 1.0, n)
-            label = f"{name} n={n}, rolled"
             hand_fn(v)
             base = per_call(hand_fn, v)
-            row(label, "hand-written @njit loop", "per call", base, base)
-            first_and_per_call(label, "symgrad rolled loops", base, v, make, body, n)
+            problem = f"{label} n={n}, indexed"
+            row(problem, "hand-written @njit loop", "per call", base, base)
+            seconds, vg = first_and_per_call(problem, "symgrad sg.sum, {fn.backend} loops", base, v, rolled_ready,
+                                             name, n)
+            g = np.empty(n)
+            row(problem, "symgrad, out= (no allocation)", "per call", per_call(lambda u: vg(u, out=g), v), base)
+            assert np.allclose(vg(v)[1], hand_fn(v)[1])
+    mlp_rows()
+
+
+def mlp_rows() -> None:
+    S, D, H, K = MLP
+    rng = np.random.default_rng(0)
+    X, W1, b1 = rng.normal(size=(S, D)), rng.normal(size=(D, H)) / 8, rng.normal(size=H)
+    W2, b2, T = rng.normal(size=(H, K)) / 6, rng.normal(size=K), np.eye(K)[rng.integers(0, K, S)]
+    weights, data = np.concatenate([w.ravel() for w in (W1, b1, W2, b2)]), np.concatenate([X.ravel(), T.ravel()])
+    problem = f"MLP {D}-{H}-{K}, {S} samples, indexed"
+    base = per_call(hand.mlp, X, T, W1, b1, W2, b2)
+    row(problem, "NumPy by hand (BLAS)", "per call", base, base)
+    t, vg = first(rolled_ready, "mlp", S)
+    row(problem, f"symgrad sg.tensor/sg.sum, {vg.backend} loops", "first result", t, None, "s")
+    row(problem, f"symgrad sg.tensor/sg.sum, {vg.backend} loops", "per call", per_call(vg, weights, data), base)
+    want = hand.mlp(X, T, W1, b1, W2, b2)
+    got = vg(weights, data)
+    assert np.isclose(got[0], want[0]) and np.allclose(got[1], np.concatenate([w.ravel() for w in want[1]]))
+    if HAVE["jax"]:
+        def loss(w, X, T):
+            a = jnp.tanh(X @ w[0] + w[1])
+            z = a @ w[2] + w[3]
+            return jnp.mean(jax.nn.logsumexp(z, axis=1) - jnp.sum(T * z, axis=1))
+        f = jax.jit(jax.value_and_grad(loss))
+        args = ((W1, b1, W2, b2), X, T)
+        jax.block_until_ready(f(*args))
+        row(problem, "JAX jit(value_and_grad)", "per call", per_call(lambda: jax.block_until_ready(f(*args))), base)
 
 
 def threshold() -> None:

@@ -28,7 +28,8 @@ from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import fresh_index, shape_of, substitute_indices, value_range
+from symgrad.expr.build import apply
+from symgrad.expr.rolled import fresh_index, reduce, shape_of, substitute_indices, tensor, value_range
 from symgrad.expr.traverse import topo_order
 
 _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
@@ -193,6 +194,7 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = (), nam
                 lines.append(f"{buffers[v]} = {vector}[{start}:{start + size}].reshape({v.shape!r})")
             else:
                 scalars[v] = f"{vector}[{start}]"
+    outputs, products = _plan(outputs)
     order = topo_order(outputs)
     missing = sorted(str(n) for n in order if n.op.name in ("var", "array") and n not in scalars | buffers)
     if missing:
@@ -208,27 +210,48 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = (), nam
     for r, start in slots:
         out_offsets.setdefault(r, start)
     top = _Region(None, frozenset(), {})
+    riders = _riders(order)
     work = 0
-    # Scalar reductions over plain inputs join a 1-D group of tensors over the same range: the loop
-    # that computes the adjoints also accumulates the value, sharing what their bodies share.
-    in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in _body(a)}
-    joining = [n for n in order if n.op.name in _START and not n.free and n not in in_arrays and
-               not any(m.op.name in _START or m.op.name == "load" and m.args[0].op.name in ("tensor", "scatter")
-                       for m in _body(n))]
-    for group in _groups([n for n in order if n.op.name in ("tensor", "scatter")]):
-        if group[0].op.name == "tensor" and len(group[0].shape) == 1:
-            riders = [r for r in joining if r.args[1].payload[1] == group[0].shape[0]]
-            group += riders
-            joining = [r for r in joining if r not in set(riders)]  # (sets compare Exprs by identity)
-        for node in (n for n in group if n.op.array_valued):  # materialise arrays, arguments before users
-            buffers[node] = emitter.fresh("t")
-            size, start = math.prod(node.shape), out_offsets.get(node)
-            if start is None:  # a temporary: carved from the caller's workspace, allocated once
-                where, work = f"work[{work}:{work + size}]", work + size
+
+    def place(node: Expr, into: Expr | None = None) -> None:
+        """A buffer for the array ``node``: its slice of ``out``, or of the workspace (allocated by the caller)."""
+        nonlocal work
+        buffers[node] = emitter.fresh("t")
+        size, start = math.prod(node.shape), out_offsets.get(node)
+        if start is None:
+            where, work = f"work[{work}:{work + size}]", work + size
+        else:
+            where = f"out[{start}:{start + size}]"
+        top.lines.append(f"{buffers[node]} = {where}.reshape({node.shape!r})")
+
+    def loop(nest: list[Expr]) -> None:
+        ranges = _ranges(nest[0])
+        riding = [r for r in riders if len(ranges) == 1 and r.args[1].payload[1] == ranges[0]]
+        riders[:] = [r for r in riders if all(r is not q for q in riding)]
+        _materialise(nest + riding, buffers, emitter, top)
+
+    for kind, nodes in _schedule(order, products):
+        if kind == "product":
+            place(nodes[0])
+            top.lines.append(_dot(nodes[0], buffers))
+            continue
+        for node in nodes[:1] if kind == "accumulate" else nodes:
+            place(node)
+        if kind == "tensors":
+            loop(nodes)
+        elif kind == "scatter":
+            top.lines.append(f"{buffers[nodes[0]]}[...] = 0.0")
+            loop(nodes)
+        else:  # a tensor whose body adds scatters: the rest first, then each scatter adds in place
+            total, rest, scatters = nodes[0], nodes[1], nodes[2:]
+            if rest is None:
+                top.lines.append(f"{buffers[total]}[...] = 0.0")
             else:
-                where = f"out[{start}:{start + size}]"
-            top.lines.append(f"{buffers[node]} = {where}.reshape({node.shape!r})")
-        _materialise(group, buffers, emitter, top)
+                buffers[rest] = buffers[total]
+                loop([rest])
+            for nest in _nests(scatters):
+                buffers.update((sc, buffers[total]) for sc in nest)
+                loop(nest)
     for r, start in slots:
         if not r.op.array_valued:
             top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
@@ -244,18 +267,166 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = (), nam
             f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, p, out, work):\n{body}\n")
 
 
-def _groups(arrays: list[Expr]) -> list[list[Expr]]:
-    """Consecutive tensors over the same index ranges, none reading another: one loop nest fills
-    them all, computing what their bodies share once (a scatter gets a loop nest of its own)."""
-    groups: list[list[Expr]] = []
-    for node in arrays:
-        last = groups[-1] if groups else None
-        if last and node.op.name == "tensor" and last[0].op.name == "tensor" and \
-                node.shape == last[0].shape and not set(last).intersection(_loaded(node)):
-            last.append(node)
+BLAS_MIN = 4096  # multiply-adds from which a contraction calls BLAS (a call costs about a microsecond)
+
+
+def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
+    """The outputs rewritten for loops, and the tensors that are matrix products.
+
+    A large enough contraction ``sum(a*b, c)`` over one or two other indices becomes a product
+    computed by BLAS (``np.dot``), its operands materialised unless they are arrays read as they
+    are (or transposed); an expression that is the whole body of a tensor is read from the tensor
+    wherever else it occurs, not computed again (the derivative of ``tanh(u)`` at every element
+    uses ``tanh(u)``, which the forward tensor holds)."""
+    order = topo_order(outputs)
+    bodies: dict[Expr, Expr] = {}  # body -> the first tensor over exactly its indices
+    for t in order:
+        b = t.args[0] if t.op.name == "tensor" else None
+        if b is not None and b.args and b.op.name != "load" and b.free == set(t.args[1:]):
+            bodies.setdefault(b, t)
+    axes_of: dict[Expr, tuple] = {}  # a node's indices in the order of the first tensor around it
+    for t in order:
+        if t.op.name == "tensor":
+            for n in _body(t):
+                if n.free and n.free <= set(t.args[1:]):
+                    axes_of.setdefault(n, tuple(i for i in t.args[1:] if i in n.free))
+    new: dict[Expr, Expr] = {}
+    products: set[Expr] = set()
+    for node in order:
+        args = tuple(new.get(a, a) for a in node.args)
+        if any(a is not b for a, b in zip(args, node.args)):  # (a tensor of a load of a tensor is that tensor)
+            new[node] = tensor(*args) if node.op.name == "tensor" else apply(node.op, args, node.payload)
+        rebuilt = new.get(node, node)
+        axes = bodies[node].args[1:] if node in bodies else axes_of.get(node) or tuple(sorted(node.free, key=str))
+        product = _product(rebuilt, axes) if rebuilt.op.name == "sum" else None
+        if product is not None:
+            products.add(product)
+            new[node] = apply(OPS["load"], (product, *product.args[1:]))
+        elif node in bodies:
+            new[node] = apply(OPS["load"], (tensor(rebuilt, *bodies[node].args[1:]), *bodies[node].args[1:]))
+    return [new.get(r, r) for r in outputs], products
+
+
+def _product(s: Expr, axes: tuple) -> Expr | None:
+    """``s`` = sum(a*b, c) as the tensor of a matrix (or matrix-vector) product over ``axes``, or None."""
+    body, c = s.args
+    if body.op.name != "mul" or not 1 <= len(axes) <= 2 or any(c not in f.free for f in body.args):
+        return None
+    factors = sorted(body.args, key=lambda f: next((k for k, i in enumerate(axes) if i in f.free), 2))
+    own = [f.free - {c} for f in factors]
+    if own[0] != {axes[0]} or own[1] != set(axes[1:]):
+        return None
+    if math.prod(i.payload[1] for i in (*axes, c)) < BLAS_MIN:
+        return None
+    operands = [_operand(f, (axes[0], c)) for f in factors[:1]] + [_operand(factors[1], (c, *axes[1:]))]
+    return tensor(reduce("sum", operands[0] * operands[1], c), *axes)
+
+
+def _operand(f: Expr, axes: tuple) -> Expr:
+    """``f`` as a load of an array over ``axes`` (in either order): itself if it is one, else a load
+    from the tensor of it (materialised once, so BLAS can read it)."""
+    if f.op.name == "load" and f.payload is None and f.args[0].op.name != "table" and \
+            len(f.args) == len(axes) + 1 and set(f.args[1:]) == set(axes) and len(set(f.args[1:])) == len(axes):
+        return f
+    return apply(OPS["load"], (tensor(f, *axes), *axes))
+
+
+def _dot(node: Expr, buffers: dict) -> str:
+    """``np.dot`` filling the product tensor ``node`` (see _product), transposing views as needed."""
+    (body, c), axes = node.args[0].args, node.args[1:]
+    first, second = sorted(body.args, key=lambda f: axes[0] not in f.free)
+
+    def view(load: Expr, leading: Expr) -> str:
+        name = buffers[load.args[0]]
+        return name if len(load.args) == 2 or load.args[1] is leading else f"{name}.T"
+
+    return f"np.dot({view(first, axes[0])}, {view(second, c)}, {buffers[node]})"
+
+
+def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
+    """The loop nests filling the arrays, in an order that computes what each reads first.
+
+    "tensors": tensors over the same ranges, one loop nest filling them all (sharing what their
+    bodies share), each placed in the first such nest after those of the arrays it reads;
+    "product": a BLAS product; "scatter": a scatter alone; "accumulate": [a tensor, the tensor of
+    its body's other terms (or None), the scatters its body adds], which add in place: no
+    buffer of their own, and scatters over the same ranges in one loop (a gradient through
+    strided or table addresses is then one pass, as written by hand)."""
+    uses: dict[Expr, int] = {}
+    for node in order:
+        for a in node.args:
+            uses[a] = uses.get(a, 0) + 1
+    accumulating, hidden = {}, set()
+    for t in order:
+        if t.op.name == "tensor" and t not in products:
+            terms = _terms(t.args[0])
+            added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter" and m.payload is None
+                     and all(a is b for a, b in zip(m.args[1:], t.args[1:])) and uses[m.args[0]] == uses[m] == 1]
+            if added:
+                rest = [m for m in terms if all(m is not a for a in added)]
+                accumulating[t] = [tensor(_sum(rest), *t.args[1:]) if rest else None, *(m.args[0] for m in added)]
+                hidden.update(m.args[0] for m in added)
+    units: list[tuple[str, list]] = []
+    unit_of: dict[Expr, int] = {}
+    for node in order:
+        if node.op.name not in ("tensor", "scatter") or node in hidden:
+            continue
+        parts = [node, *(p for p in accumulating.get(node, ()) if p is not None)]
+        after = max((unit_of.get(a, -1) for p in parts for a in _loaded(p)), default=-1)
+        home = next((k for k in range(after + 1, len(units)) if units[k][0] == "tensors" and node.op.name == "tensor"
+                     and node not in products and node not in accumulating and units[k][1][0].shape == node.shape),
+                    None)
+        if home is not None:
+            units[home][1].append(node)
         else:
-            groups.append([node])
-    return groups
+            kind = ("product" if node in products else "accumulate" if node in accumulating else
+                    "scatter" if node.op.name == "scatter" else "tensors")
+            units.append((kind, [node, *accumulating.get(node, ())]))
+            home = len(units) - 1
+        unit_of[node] = home
+    return units
+
+
+def _terms(e: Expr) -> list[Expr]:
+    """The terms of a sum ``a + b + ...``."""
+    out, stack = [], [e]
+    while stack:
+        node = stack.pop()
+        if node.op.name == "add":
+            stack += node.args
+        else:
+            out.append(node)
+    return out
+
+
+def _sum(terms: list[Expr]) -> Expr:
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total
+
+
+def _nests(scatters: list[Expr]) -> list[list[Expr]]:
+    """Scatters grouped by the ranges they loop over (one loop nest each group)."""
+    nests: dict[tuple, list[Expr]] = {}
+    for sc in scatters:
+        nests.setdefault(_ranges(sc), []).append(sc)
+    return list(nests.values())
+
+
+def _ranges(node: Expr) -> tuple:
+    """The sizes of the loops filling a tensor or scatter (a reduction: of its index)."""
+    k = 0 if node.op.name == "tensor" else node.payload[1] if node.op.name == "scatter" else 0
+    return tuple(i.payload[1] for i in node.args[1 + k:])
+
+
+def _riders(order: list[Expr]) -> list[Expr]:
+    """Scalar reductions over plain inputs, which may join a 1-D loop over the same range: the
+    loop computing the adjoints accumulates the value too, sharing what their bodies share."""
+    in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in _body(a)}
+    return [n for n in order if n.op.name in _START and not n.free and n not in in_arrays and
+            not any(m.op.name in _START or m.op.name == "load" and m.args[0].op.name in ("tensor", "scatter")
+                    for m in _body(n))]
 
 
 def _loaded(node: Expr) -> set:
@@ -282,12 +453,14 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     first = group[0]
     k = 0 if first.op.name == "tensor" else first.payload[1]
     indices = tuple(fresh_index(i) for i in first.args[1 + k:])  # fresh: no body binds them
-    if first.op.name == "scatter":
-        top.lines.append(f"{buffers[first]}[...] = 0.0")
-    loops = {i: emitter.fresh("i") for i in indices}
-    inner = _Region(top, frozenset(indices), loops)
+    levels, region = [], top  # one region per loop: what varies over the outer indices only is hoisted
+    for i in indices:
+        region = _Region(region, region.bound | {i}, {**region.loops, i: emitter.fresh("i")})
+        levels.append(region)
+    inner, loops = region, region.loops
     for node in group:
-        own = node.args[1:] if node.op.name != "scatter" else node.args[1 + k:]
+        k = node.payload[1] if node.op.name == "scatter" else 0
+        own = node.args[1 + k:]
         body = substitute_indices(node.args[0], dict(zip(own, indices)))
         value = emitter.value(body, inner)
         if node.op.name in _START:  # a scalar reduction riding along: its accumulator
@@ -302,9 +475,9 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
             addresses = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
                                   for a in renamed)
             inner.lines.append(f"{buffers[node]}[{addresses}] += {value}")
-    for depth, i in enumerate(indices):
+    for depth, (i, level) in enumerate(zip(indices, levels)):
         top.lines.append("    " * depth + f"for {loops[i]} in range({i.payload[1]}):")
-    top.lines += ["    " * len(indices) + line for line in inner.lines]
+        top.lines += ["    " * (depth + 1) + line for line in level.lines]
 
 
 class Layout(Sequence):

@@ -235,13 +235,13 @@ def affine(e: Expr) -> tuple[dict[Expr, int], int] | None:
     return {i: c for i, c in terms.items() if c}, offset
 
 
-def solve(address: Expr, target: Expr, solved: dict) -> tuple[Expr, Expr, list[Expr]] | None:
+def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tuple[Expr, Expr, list[Expr]] | None:
     """Invert ``address = target`` for one index of ``address`` (indices in ``solved`` already known):
     (the index, its expression in ``target`` and the other indices, the conditions for a solution).
 
-    Affine addresses with a coefficient ±1 solve exactly, other coefficients with a divisibility
-    condition, ``(affine) % m`` when the index's range fits in one period; None otherwise
-    (tables, several indices without a unit coefficient): the caller scatters instead.
+    Affine addresses with a coefficient ±1 solve exactly, other coefficients (``strides``) with a
+    divisibility condition, ``(affine) % m`` when the index's range fits in one period; None
+    otherwise (tables, several indices without a unit coefficient): the caller scatters instead.
 
     >>> i, j = index("i", 4), index("j", 6)
     >>> solve(i + 2, j, {})
@@ -269,6 +269,8 @@ def solve(address: Expr, target: Expr, solved: dict) -> tuple[Expr, Expr, list[E
     if abs(c) == 1:
         value = rhs if c == 1 else -rhs
         return i, value, [value >= 0, value <= n - 1]
+    if not strides:
+        return None
     value = rhs // c
     return i, value, [rhs % abs(c) == 0, value >= 0, value <= n - 1]
 
@@ -323,7 +325,10 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple = ()) -> Expr | 
         if all(i in solved for i in address.free):
             guards.append(target == (substitute_indices(address, solved) if solved else address))
             continue
-        step = solve(address, target, solved)
+        # A stride (2*i + 1) is scattered in gradients: one add per term, where a gather would test
+        # divisibility at every target for each site (the spring chain: 1.5x slower). Jacobians
+        # (``outer``), which cannot scatter, gather.
+        step = solve(address, target, solved, strides=bool(outer))
         if step is None:
             return None
         i, value, conditions = step
