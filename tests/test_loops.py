@@ -25,7 +25,7 @@ def _check(f, arrays: dict, scalars: dict):
     out = np.empty_like(gradient)
     assert module.kernel(x, np.empty(0), out, np.full(module.WORK, np.nan)) == value  # a dirty workspace:
     np.testing.assert_array_equal(out, gradient)  # every temporary is written before it is read
-    return vg.source.split("def _workspace")[0]  # the loop kernel
+    return vg.source.split("def point")[0]  # the loop kernel
 
 
 def test_rosenbrock_value_and_gradient_in_one_fused_loop_each():

@@ -24,12 +24,12 @@ import numpy as np
 from symgrad.compile import cache
 from symgrad.compile.backends import SIGNATURES, Kernels
 from symgrad.compile.numba_backend import _literal
+from symgrad.expr.build import apply
 from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
-from symgrad.expr.build import apply
-from symgrad.expr.rolled import fresh_index, reduce, shape_of, substitute_indices, tensor, value_range
+from symgrad.expr.rolled import _costly, fresh_index, reduce, shape_of, substitute_indices, tensor, value_range
 from symgrad.expr.traverse import topo_order
 
 _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
@@ -160,15 +160,16 @@ class _Emitter:
         home.names[node] = acc
 
 
-def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = (), name: str = "kernel") -> str:
+def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> str:
     """A Numba module whose ``kernel(x, p, out, work)`` returns ``outputs[0]`` (a scalar) and writes
     the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` and ``p``
     ``params`` (arrays raveled, scalars) in order; ``work`` (``WORK`` floats, one per thread) holds
-    the temporary arrays.
+    the temporary arrays. ``point(x, p, out)`` is the same code checking the sizes and allocating
+    its workspace (one function: a call compiles once, not a kernel and a wrapper).
 
     >>> import symgrad as sg
     >>> x, i = sg.array("x", 3), sg.index("i", 3)
-    >>> print(source([sg.sum(x[i] ** 2, i)], [x]).split("def kernel")[1].strip())
+    >>> print(source([sg.sum(x[i] ** 2, i)], [x]).split("def kernel")[1].split("@numba")[0].strip())
     (x, p, out, work):
         b1 = x[0:3].reshape((3,))
         a5 = 0.0
@@ -262,9 +263,13 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = (), nam
             top.lines.append(f"out[{start}:{start + size}] = out[{first}:{first + size}]")
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
     body = "\n".join("    " + line for line in lines + top.lines + [f"return {ret}"])
+    nx, np_ = len(Layout(inputs)), len(Layout(params))
+    sizes = f"x.shape[0] != {nx} or p.shape[0] != {np_} or out.shape[0] != {offset}"
+    checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n    work = np.empty(WORK)\n"
     return ("import math\n\nimport numba\nimport numpy as np\n\n" + "".join(h + "\n" for h in head) +
             f"WORK = {work}  # floats of workspace its temporary arrays take\n"
-            f"\n\n@numba.njit(error_model='numpy')\ndef {name}(x, p, out, work):\n{body}\n")
+            f"\n\n@numba.njit(error_model='numpy')\ndef kernel(x, p, out, work):\n{body}\n"
+            f"\n\n@numba.njit(error_model='numpy')\ndef point(x, p, out):\n{checks}{body}\n")
 
 
 BLAS_MIN = 4096  # multiply-adds from which a contraction calls BLAS (a call costs about a microsecond)
@@ -273,38 +278,78 @@ BLAS_MIN = 4096  # multiply-adds from which a contraction calls BLAS (a call cos
 def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     """The outputs rewritten for loops, and the tensors that are matrix products.
 
-    A large enough contraction ``sum(a*b, c)`` over one or two other indices becomes a product
-    computed by BLAS (``np.dot``), its operands materialised unless they are arrays read as they
-    are (or transposed); an expression that is the whole body of a tensor is read from the tensor
+    A transcendental value inside nested loops that two expressions use is materialised (a
+    softmax's exponentials, otherwise computed again in each loop that reads them). A large enough
+    contraction ``sum(a*b, c)`` over one or two other indices becomes a product computed by BLAS
+    (``np.dot``), its operands materialised unless they are arrays read as they are (or
+    transposed). An expression that is the whole body of a tensor is read from the tensor
     wherever else it occurs, not computed again (the derivative of ``tanh(u)`` at every element
     uses ``tanh(u)``, which the forward tensor holds)."""
     order = topo_order(outputs)
-    bodies: dict[Expr, Expr] = {}  # body -> the first tensor over exactly its indices
+    users: dict[Expr, int] = {}
+    for node in order:
+        for a in set(node.args):
+            users[a] = users.get(a, 0) + 1
+    axes = _axes(order)
+    shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and _costly(n)}
+    outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, axes(node)) if node in shared else None)
+    order = topo_order(outputs)
+    axes, bodies, products = _axes(order), _bodies(order), set()
+
+    def contract(node: Expr, new: Expr) -> Expr | None:
+        product = _product(new, bodies[node].args[1:] if node in bodies else axes(node)) \
+            if new.op.name == "sum" else None
+        if product is not None:
+            products.add(product)
+            return apply(OPS["load"], (product, *product.args[1:]))
+        return _materialised(new, bodies[node].args[1:]) if node in bodies else None
+
+    outputs, _ = _rewrite(outputs, contract)
+    bodies = _bodies(topo_order(outputs))  # the operands' tensors made for BLAS, read elsewhere too
+    outputs, renamed = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
+                                if node in bodies else None)
+    return outputs, {renamed.get(p, p) for p in products}
+
+
+def _rewrite(outputs: list[Expr], replace: Callable) -> tuple[list[Expr], dict]:
+    """The graph rebuilt bottom up, ``replace(node, node rebuilt)`` giving what its users read
+    instead (or None: the rebuilt node); and the map from old nodes to new."""
+    new: dict[Expr, Expr] = {}
+    for node in topo_order(outputs):
+        args = tuple(new.get(a, a) for a in node.args)
+        if any(a is not b for a, b in zip(args, node.args)):  # (a tensor of a load of a tensor is that tensor)
+            new[node] = tensor(*args) if node.op.name == "tensor" else apply(node.op, args, node.payload)
+        out = replace(node, new.get(node, node))
+        if out is not None:
+            new[node] = out
+    return [new.get(r, r) for r in outputs], new
+
+
+def _materialised(e: Expr, axes: tuple) -> Expr:
+    """``e`` read from the tensor of it over ``axes``."""
+    return apply(OPS["load"], (tensor(e, *axes), *axes))
+
+
+def _bodies(order: list[Expr]) -> dict[Expr, Expr]:
+    """Each tensor's body (not a mere load) -> the first tensor over exactly its indices."""
+    bodies: dict[Expr, Expr] = {}
     for t in order:
         b = t.args[0] if t.op.name == "tensor" else None
         if b is not None and b.args and b.op.name != "load" and b.free == set(t.args[1:]):
             bodies.setdefault(b, t)
-    axes_of: dict[Expr, tuple] = {}  # a node's indices in the order of the first tensor around it
+    return bodies
+
+
+def _axes(order: list[Expr]) -> Callable[[Expr], tuple]:
+    """A node's indices in the order of the first tensor around it (else by name): the layout a
+    tensor of it gets, so the tensors around read it in order."""
+    found: dict[Expr, tuple] = {}
     for t in order:
         if t.op.name == "tensor":
             for n in _body(t):
                 if n.free and n.free <= set(t.args[1:]):
-                    axes_of.setdefault(n, tuple(i for i in t.args[1:] if i in n.free))
-    new: dict[Expr, Expr] = {}
-    products: set[Expr] = set()
-    for node in order:
-        args = tuple(new.get(a, a) for a in node.args)
-        if any(a is not b for a, b in zip(args, node.args)):  # (a tensor of a load of a tensor is that tensor)
-            new[node] = tensor(*args) if node.op.name == "tensor" else apply(node.op, args, node.payload)
-        rebuilt = new.get(node, node)
-        axes = bodies[node].args[1:] if node in bodies else axes_of.get(node) or tuple(sorted(node.free, key=str))
-        product = _product(rebuilt, axes) if rebuilt.op.name == "sum" else None
-        if product is not None:
-            products.add(product)
-            new[node] = apply(OPS["load"], (product, *product.args[1:]))
-        elif node in bodies:
-            new[node] = apply(OPS["load"], (tensor(rebuilt, *bodies[node].args[1:]), *bodies[node].args[1:]))
-    return [new.get(r, r) for r in outputs], products
+                    found.setdefault(n, tuple(i for i in t.args[1:] if i in n.free))
+    return lambda node: found.get(node) or tuple(sorted(node.free, key=str))
 
 
 def _product(s: Expr, axes: tuple) -> Expr | None:
@@ -360,8 +405,9 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
     for t in order:
         if t.op.name == "tensor" and t not in products:
             terms = _terms(t.args[0])
-            added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter" and m.payload is None
-                     and all(a is b for a, b in zip(m.args[1:], t.args[1:])) and uses[m.args[0]] == uses[m] == 1]
+            added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter"
+                     and m.payload is None and all(a is b for a, b in zip(m.args[1:], t.args[1:]))
+                     and uses[m.args[0]] == uses[m] == 1]
             if added:
                 rest = [m for m in terms if all(m is not a for a in added)]
                 accumulating[t] = [tensor(_sum(rest), *t.args[1:]) if rest else None, *(m.args[0] for m in added)]
@@ -373,9 +419,9 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
             continue
         parts = [node, *(p for p in accumulating.get(node, ()) if p is not None)]
         after = max((unit_of.get(a, -1) for p in parts for a in _loaded(p)), default=-1)
-        home = next((k for k in range(after + 1, len(units)) if units[k][0] == "tensors" and node.op.name == "tensor"
-                     and node not in products and node not in accumulating and units[k][1][0].shape == node.shape),
-                    None)
+        alone = node.op.name != "tensor" or node in products or node in accumulating
+        home = None if alone else next((k for k in range(after + 1, len(units)) if units[k][0] == "tensors"
+                                        and units[k][1][0].shape == node.shape), None)
         if home is not None:
             units[home][1].append(node)
         else:
@@ -545,7 +591,7 @@ class LoopProgram:
     >>> print(LoopProgram.make([f, *sg.grad(f, [x])], [x], [], True))
     { lambda x[4] = (x[4]).
       return sum(x[i]**2, i=0..3)
-      out[0:4] = tensor(2*x[x#0], x#0=0..3) }
+      out[0:4] = tensor(2*x[j], j=0..3) }
     """
 
     roots: tuple[Expr, ...]
@@ -617,27 +663,15 @@ class LoopProgram:
         return f"<LoopProgram {len(self.roots)} outputs, x[{len(self.inputs)}], p[{len(self.params)}]>"
 
 
-# The entries Compiled calls, around the loop kernel: sizes checked (a longer vector would be
-# read silently otherwise), the workspace allocated once per call or per thread's rows.
+# The batch and sum entries around the loop kernel: sizes checked (a longer vector would be read
+# silently otherwise), the workspace allocated once per thread's rows.
 _ENTRIES = """
-
-@numba.njit(error_model='numpy')
-def _workspace():
-    return np.empty(WORK)
-
-
-@numba.njit(error_model='numpy')
-def point(x, p, out):
-    if x.shape[0] != {nx} or p.shape[0] != {np} or out.shape[0] != {nout}:
-        raise ValueError("symgrad: wrong shape")
-    return kernel(x, p, out, _workspace())
-
 
 @numba.njit(error_model='numpy')
 def batch(X, P, V, OUT, lo, hi):
     if X.shape[1] != {nx} or P.shape[1] != {np} or OUT.shape[1] != {nout}:
         raise ValueError("symgrad: wrong shape")
-    work = _workspace()
+    work = np.empty(WORK)
     for r in range(lo, hi):
         v = kernel(X[r], P[r if P.shape[0] > 1 else 0], OUT[r], work)
         if V.shape[0]:
@@ -648,7 +682,7 @@ def batch(X, P, V, OUT, lo, hi):
 def total(x, P, acc, lo, hi):
     if x.shape[0] != {nx} or P.shape[1] != {np}:
         raise ValueError("symgrad: wrong shape")
-    work, part = _workspace(), np.empty({nout})
+    work, part = np.empty(WORK), np.empty({nout})
     acc[:] = 0.0
     for r in range(lo, hi):
         acc[0] += kernel(x, P[r], part, work)
