@@ -125,7 +125,15 @@ def _shared(roots: list[Expr], order: list[Expr]) -> list[Expr]:
             uses[a] = uses.get(a, 0) + 1
     for r in roots:
         uses[r] = uses.get(r, 0) + 1
-    return [n for n in order if n.args and uses.get(n, 0) > 1 and n.op.name != "load"]  # x[i + 1]: short
+    return [n for n in order if n.args and uses.get(n, 0) > 1 and n.op.name != "load" and not _address(n)]
+
+
+_ADDRESS_OPS = {"index", "const", "add", "sub", "mul", "neg", "mod", "floor_divide"}
+
+
+def _address(n: Expr) -> bool:
+    """Index arithmetic (``j - 1``): short, clearer written out than named (as are loads, x[j - 1])."""
+    return bool(n.free) and all(m.op.name in _ADDRESS_OPS for m in topo_order([n]))
 
 
 def _tree_size(order: list[Expr], cap: int) -> dict[Expr, int]:
