@@ -64,7 +64,7 @@ def test_an_mlp_with_tensor_and_sum_against_numpy_by_hand():
     dW2 = a.T @ dout
     dpre = (dout @ W20.T) * (1 - a ** 2)
     want = [X0.T @ dpre, dpre.sum(axis=0), dW2]
-    for backend in ("python", "numba"):
+    for backend in ("python", "numba", "vm"):
         vg = sg.value_and_grad(loss, [W1, b1, W2], params=[X, T], backend=backend)
         weights, data = np.concatenate([W10.ravel(), b10, W20.ravel()]), np.concatenate([X0.ravel(), T0.ravel()])
         value, gradient = vg(weights, data)
@@ -118,7 +118,7 @@ def test_periodic_strided_and_two_dimensional_problems_against_numpy_by_hand(cas
             "laplacian": lambda: laplacian_energy(7, 9)}[case]()
     x0 = np.random.default_rng(2).normal(size=x.shape)
     want_value, want_gradient = _by_hand(case, x0)
-    for backend in ("python", "numba"):
+    for backend in ("python", "numba", "vm"):
         value, gradient = sg.value_and_grad(f, [x], backend=backend)(x0)  # x0 in x's own shape
         assert value == pytest.approx(want_value, rel=1e-12)
         np.testing.assert_allclose(gradient, want_gradient.ravel(), rtol=1e-11, atol=1e-11)
@@ -149,16 +149,17 @@ def test_jacobians_of_tensors_and_hessians_equal_the_unrolled_graphs(fx, values,
     np.testing.assert_allclose(got_h, want_h, rtol=1e-10, atol=1e-10, err_msg=str(f))
 
 
+@pytest.mark.parametrize("backend", ["python", "vm"])
 @settings(max_examples=40, **SETTINGS)
-@given(nested_sums(), st.data())
-def test_compiled_programs_on_the_interpreter_backend_equal_evaluate(fAx, data):
-    """The LoopProgram path (layouts, params, batch, sum) checked broadly on the python backend."""
+@given(fAx=nested_sums(), data=st.data())
+def test_compiled_programs_on_the_interpreter_and_the_vm_equal_evaluate(backend, fAx, data):
+    """The LoopProgram path (layouts, params, batch, sum) checked broadly where nothing compiles per program."""
     f, A, x = fAx
     A0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=A.size, max_size=A.size))).reshape(A.shape)
     x0 = np.array(data.draw(st.lists(st.floats(-1, 1), min_size=x.size, max_size=x.size)))
     want = sg.evaluate([f, *sg.grad(f, [A])], {A: A0, x: x0})
     assume(all(np.all(np.isfinite(w)) for w in want))
-    vg = sg.value_and_grad(f, [A], params=[x], backend="python")
+    vg = sg.value_and_grad(f, [A], params=[x], backend=backend)
     value, gradient = vg(A0, x0)
     assert value == pytest.approx(want[0], rel=1e-12, abs=1e-12)
     np.testing.assert_allclose(gradient, np.ravel(want[1]), rtol=1e-12, atol=1e-12)
@@ -215,3 +216,23 @@ def test_call_errors_name_the_arrays_and_their_shapes():
     u, r, c = sg.array("u", (2, 3)), sg.index("r", 2), sg.index("c", 3)
     assert sg.evaluate(sg.max(u[r, c] * 1.0, r, c), {u: np.arange(6.0).reshape(2, 3)}) == 5.0
     assert sg.evaluate(sg.min(u), {u: np.arange(6.0).reshape(2, 3)}) == 0.0
+
+
+@pytest.mark.parametrize("backend", ["numba", "vm"])
+def test_matrix_products_through_blas_in_any_orientation_equal_the_interpreter(backend):
+    rng = np.random.default_rng(4)
+    m, k, n = 16, 17, 18  # m*k*n past BLAS_MIN: products call np.dot
+    A, B, v = sg.array("A", (m, k)), sg.array("B", (n, k)), sg.array("v", m)
+    r, c, s = sg.index("r", m), sg.index("c", k), sg.index("s", n)
+    AB = sg.tensor(sg.sum(A[r, c] * B[s, c], c), r, s)             # A @ B.T
+    BtA = sg.tensor(sg.sum(sg.tanh(AB[r, s]) * A[r, c], r), s, c)  # (tanh(AB)).T @ A, an operand materialised
+    Av = sg.tensor(sg.sum(A[r, c] * v[r], r), c)                   # A.T @ v
+    f = sg.sum(sg.sum(BtA[s, c] * B[s, c], s, c) * 0.01 + Av[c] ** 2, c)
+    vg = sg.value_and_grad(f, [A, B, v], backend=backend)
+    assert vg.source.count("np.dot(" if backend == "numba" else "DOT") >= 4  # forward products and the gradient's
+    point = {A: rng.normal(size=(m, k)), B: rng.normal(size=(n, k)), v: rng.normal(size=m)}
+    want = sg.evaluate([f, *sg.grad(f, [A, B, v])], point)
+    value, gradient = vg(np.concatenate([np.ravel(point[a]) for a in (A, B, v)]))
+    assert value == pytest.approx(want[0], rel=1e-12)
+    np.testing.assert_allclose(gradient, np.concatenate([np.ravel(w) for w in want[1:]]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sg.evaluate(AB, point), point[A] @ point[B].T, rtol=1e-13)

@@ -1,4 +1,5 @@
-"""Rolled expressions compiled to Numba loops: values and gradients equal the interpreter's."""
+"""Rolled expressions compiled to Numba loops and run on the loop VM: values and gradients equal the
+interpreter's."""
 
 import numpy as np
 import pytest
@@ -25,6 +26,9 @@ def _check(f, arrays: dict, scalars: dict):
     out = np.empty_like(gradient)
     assert module.kernel(x, np.empty(0), out, np.full(module.WORK, np.nan)) == value  # a dirty workspace:
     np.testing.assert_array_equal(out, gradient)  # every temporary is written before it is read
+    on_vm = sg.value_and_grad(f, wrt, backend="vm")(x)
+    assert on_vm[0] == pytest.approx(want[0], rel=1e-13, abs=1e-13)  # the VM sums in another order
+    np.testing.assert_allclose(on_vm[1], gradient, rtol=1e-12, atol=1e-12)
     return vg.source.split("def point")[0]  # the loop kernel
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from symgrad.compile import loop_vm  # noqa: F401 - registers the loop VM with the loop programs
 from symgrad.compile.backends import REGISTRY, Kernels
 from symgrad.compile.loops import LoopProgram
 from symgrad.compile.lower import Program, lower

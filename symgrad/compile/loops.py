@@ -100,10 +100,14 @@ class _Emitter:
                 stack += [(a, reg, False) for a in node.args if not a.op.array_valued and
                           self._known(a, reg) is None]
                 continue
-            text = self._expression(node, reg)
-            home.names[node] = self.fresh("v")
-            home.lines.append(f"{home.names[node]} = {text}")
+            home.names[node] = self._emit(node, reg, home)
         return self._known(root, region)
+
+    def _emit(self, node: Expr, reg: _Region, home: _Region) -> str:
+        """Compute ``node`` (its arguments known in ``reg``) in ``home``: the name of its value."""
+        name = self.fresh("v")
+        home.lines.append(f"{name} = {self._expression(node, reg)}")
+        return name
 
     def _known(self, node: Expr, reg: _Region) -> str | None:
         name = node.op.name
@@ -691,13 +695,13 @@ def total(x, P, acc, lo, hi):
 
 
 def numba_kernels(program: LoopProgram) -> Kernels:
-    """Numba loop kernels for ``program`` (the interpreter's past ``$SYMGRAD_MAX_PROGRAMS``)."""
+    """Numba loop kernels for ``program`` (the loop VM's past ``$SYMGRAD_MAX_PROGRAMS``)."""
     name = f"loops_{program.key}"
     if not cache.has_room(name):
         cache.warn_once("loop programs", f"{cache.max_programs()} programs are compiled with Numba in this "
                         "process (its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new rolled ones run "
-                        "on the interpreter")
-        return python_kernels(program)
+                        "on the loop VM")
+        return LOOP_BACKENDS["vm"](program)
     module = cache.load(name, program.source)
     return Kernels("numba", functools.lru_cache(None)(
         lambda variant: cache.typed(module, variant, SIGNATURES[variant])), program.source)

@@ -116,8 +116,9 @@ def _indent(text: str, by: str) -> str:
     return "\n".join(by + line for line in text.split("\n"))
 
 
-def dispatch(io: dict, indent: str) -> str:
-    """The ``if``/``elif`` chain over every opcode, statements from the op table.
+def dispatch(io: dict, indent: str, pseudo: list | None = None) -> str:
+    """The ``if``/``elif`` chain over every opcode, statements from the op table, then the
+    ``pseudo`` ops' (code, statement) (by default loads and stores of Programs, from ``io``).
 
     >>> print(dispatch(_POINT, "").splitlines()[:2])
     ['if op == 2:', '    w[d] = w[a] + w[b]']
@@ -132,7 +133,8 @@ def dispatch(io: dict, indent: str) -> str:
         if io["loop"]:
             stmt = io["loop"] + "    " + stmt
         branches.append((op.code, stmt))
-    branches += [(LOAD_X, io["x"]), (LOAD_P, io["p"]), (LOAD_CONST, io["const"]), (STORE, io["store"])]
+    branches += pseudo if pseudo is not None else [(LOAD_X, io["x"]), (LOAD_P, io["p"]), (LOAD_CONST, io["const"]),
+                                                    (STORE, io["store"])]
     parts = []
     for k, (code, stmt) in enumerate(branches):
         parts.append(f"{'if' if k == 0 else 'elif'} op == {code}:\n{_indent(stmt, '    ')}")

@@ -1,0 +1,449 @@
+"""The loop VM: one pre-compiled Numba interpreter that runs any LoopProgram, ready at once.
+
+The same plan as the loop compiler (``loops._plan``, ``loops._schedule``) is lowered to rows of
+instructions instead of source text. Registers hold ``BLOCK`` lanes each. A loop nest filling an
+array (or a reduction at the top level) is a *nest*: its iterations, flattened in C order, run
+``BLOCK`` at a time, one per lane, so each instruction's dispatch is paid once per block; an
+index of the nest is computed from the lane's flat position. A reduction inside a nest is a
+scalar *loop* whose counter is broadcast to the lanes. Outside nests every lane holds the same
+value, so a value computed there serves any nest. Products call BLAS as in the compiled loops.
+Nothing is compiled per program: the module is compiled once per machine (Numba's disk cache).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from symgrad.compile import cache, loops, vm
+from symgrad.compile.backends import SIGNATURES, Kernels
+from symgrad.expr.build import const
+from symgrad.expr.node import Expr
+from symgrad.expr.ops import OPS
+from symgrad.expr.rolled import fresh_index, substitute_indices, value_range
+from symgrad.expr.traverse import topo_order
+
+BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noise (measured)
+X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
+# Pseudo-ops, past the op table's codes. Rows are (op, d, a, b, c, e).
+(CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, HRED, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
+ DOT, RET, IDIV, IMOD, CLAMP) = range(1000, 1020)
+_KINDS = {"sum": 0, "max": 1, "min": 2}
+
+_MEMORY = """if {0} == 0:
+    M = x
+elif {0} == 1:
+    M = p
+elif {0} == 2:
+    M = out
+elif {0} == 3:
+    M = work
+else:
+    M = tables"""
+_COMBINE = ("{0} + {1}", OPS["maximum"].numba, OPS["minimum"].numba)
+_PSEUDO = [
+    (CONST, "r[d, :] = consts[a]"),
+    # ((base + j) // a) % b, counted up instead of divided (a division per lane costs 10x an add)
+    (FLAT, "if a == 1 and b >= total:\n    for j in range(L):\n        rd[j] = base + j\nelse:\n"
+           "    rem, v = base % a, (base // a) % b\n    for j in range(L):\n        rd[j] = v\n        rem += 1\n"
+           "        if rem == a:\n            rem = 0\n            v = v + 1 if v + 1 < b else 0"),
+    (CLAMP, "for j in range(L):\n    rd[j] = min(max(ra[j], 0.0), b)"),
+    (COUNTER, "r[d, :] = counters[a]"),
+    (LOAD, _MEMORY.format("a") + "\nfor j in range(L):\n    rd[j] = M[c + int(rb[j])]"),
+    (STORE, _MEMORY.format("a") + "\nfor j in range(L):\n    M[c + int(rb[j])] = rd[j]"),
+    (ADDTO, _MEMORY.format("a") + "\nfor j in range(L):\n    M[c + int(rb[j])] += rd[j]"),
+    (ACCINIT, "r[d, :] = 0.0 if a == 0 else -math.inf if a == 1 else math.inf"),
+    (ACC, "if b == 0:\n    for j in range(L):\n        rd[j] += ra[j]\n" + "".join(
+        f"elif b == {k}:\n    for j in range(L):\n        rd[j] = {_COMBINE[k].format('rd[j]', 'ra[j]')}\n"
+        for k in (1, 2))[:-1]),
+    (HRED, "v = r[a, 0]\n" + "".join(
+        f"{'if' if k == 0 else 'elif'} b == {k}:\n    for j in range(1, r.shape[1]):\n"
+        f"        v = {_COMBINE[k].format('v', 'r[a, j]')}\n" for k in range(3)) + "r[d, :] = v"),
+    (LOOP, "counters[a] = 0\nif b <= 0:\n    pc = c"),
+    (ENDLOOP, "counters[a] += 1\nif counters[a] < b:\n    pc = c"),
+    (NEST, "base = 0\ntotal = a\nL = min(L0, total)\nif total <= 0:\n    pc = b"),
+    (ENDNEST, "base += L0\nif base < total:\n    L = min(L0, total - base)\n    pc = a\nelse:\n    L = L0"),
+    (ZERO, _MEMORY.format("a") + "\nM[b:b + c] = 0.0"),
+    (COPY, _MEMORY.format("a") + "\nS = M\n" + _MEMORY.format("c") + "\nM[b:b + e] = S[d:d + e]"),
+    (DOT, "dot(ints[a:a + 15], x, p, out, work, tables)"),
+    (RET, "ret = r[a, 0]"),
+    (IDIV, "for j in range(L):\n    rd[j] = float(int(ra[j]) // int(rb[j]))"),
+    (IMOD, "for j in range(L):\n    rd[j] = float(int(ra[j]) % int(rb[j]))"),
+]
+
+HEADER = '''"""symgrad loop VM (generated from the op table; edits are overwritten)."""
+import math
+
+import numba
+import numpy as np
+
+_jit = dict(error_model="numpy")
+
+
+@numba.njit(**_jit)
+def view(memory, offset, rows, cols):
+    return memory[offset:offset + rows * cols].reshape((rows, cols))
+
+
+@numba.njit(**_jit)
+def dot(q, x, p, out, work, tables):
+    # q: out memory, offset, rows, cols; then P and Q as memory, offset, rows, cols, transposed
+    mems = (x, p, out, work, tables)
+    A = view(mems[q[4]], q[5], q[6], q[7])
+    if q[14] == 1:  # a vector second operand, a vector result
+        v, o = mems[q[9]][q[10]:q[10] + q[11]], mems[q[0]][q[1]:q[1] + q[2]]
+        if q[8]:
+            np.dot(A.T, v, o)
+        else:
+            np.dot(A, v, o)
+        return
+    O, B = view(mems[q[0]], q[1], q[2], q[3]), view(mems[q[9]], q[10], q[11], q[12])
+    if q[8] and q[13]:
+        np.dot(A.T, B.T, O)
+    elif q[8]:
+        np.dot(A.T, B, O)
+    elif q[13]:
+        np.dot(A, B.T, O)
+    else:
+        np.dot(A, B, O)
+
+
+@numba.njit(**_jit)
+def run(code, ints, consts, tables, dims, x, p, out, work):
+    # dims: registers, loop counters, work floats, len(x), len(p), len(out)
+    r = np.empty((dims[0], {block}))
+    counters = np.zeros(dims[1] + 1, dtype=np.int64)
+    L0 = {block}
+    L = L0
+    base = 0
+    total = 0
+    ret = 0.0
+    pc = 0
+    while pc < code.shape[0]:
+        op = code[pc, 0]
+        d = code[pc, 1]
+        a = code[pc, 2]
+        b = code[pc, 3]
+        c = code[pc, 4]
+        e = code[pc, 5]
+        pc += 1
+        rd, ra, rb, rc = r[d], r[a], r[b], r[c]  # rows: the lane loops index one dimension
+{dispatch}
+    return ret
+
+
+@numba.njit(**_jit)
+def point(code, ints, consts, tables, dims, x, p, out):
+    if x.shape[0] != dims[3] or p.shape[0] != dims[4] or out.shape[0] != dims[5]:
+        raise ValueError("symgrad: wrong shape")
+    return run(code, ints, consts, tables, dims, x, p, out, np.empty(dims[2]))
+
+
+@numba.njit(nogil=True, **_jit)
+def batch(code, ints, consts, tables, dims, X, P, V, OUT, lo, hi):
+    if X.shape[1] != dims[3] or P.shape[1] != dims[4] or OUT.shape[1] != dims[5]:
+        raise ValueError("symgrad: wrong shape")
+    work = np.empty(dims[2])
+    for i in range(lo, hi):
+        v = run(code, ints, consts, tables, dims, X[i], P[i if P.shape[0] > 1 else 0], OUT[i], work)
+        if V.shape[0]:
+            V[i] = v
+
+
+@numba.njit(nogil=True, **_jit)
+def total(code, ints, consts, tables, dims, x, P, acc, lo, hi):
+    if x.shape[0] != dims[3] or P.shape[1] != dims[4] or acc.shape[0] != dims[5] + 1:
+        raise ValueError("symgrad: wrong shape")
+    work, part = np.empty(dims[2]), np.empty(dims[5])
+    acc[:] = 0.0
+    for i in range(lo, hi):
+        acc[0] += run(code, ints, consts, tables, dims, x, P[i], part, work)
+        acc[1:] += part
+'''
+
+
+def source() -> str:
+    """The loop VM module: ``run`` (the interpreter) and the ``point`` / ``batch`` / ``total`` kernels.
+
+    >>> "elif op == 1003:" in source()  # LOAD, among the op table's rows
+    True
+    """
+    io = dict(arg="r{}[j]", loop="for j in range(L):\n")
+    return HEADER.format(block=BLOCK, dispatch=vm.dispatch(io, " " * 8, _PSEUDO))
+
+
+@functools.lru_cache(None)
+def _module() -> Any:
+    text = source()
+    return cache.load(f"loopvm_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
+
+
+@functools.lru_cache(None)
+def variant(name: str) -> Any:
+    """The VM's kernel ``name``, compiled once per machine (then loaded from the disk cache)."""
+    code, ints, dims = types.int64[:, ::1], types.int64[::1], types.int64[::1]
+    vec = types.float64[::1]
+    return cache.typed(_module(), name, (code, ints, vec, vec, dims, *SIGNATURES[name]))
+
+
+class _Lanes(loops._Emitter):
+    """Values as VM rows in the regions of the loop emitter: a name is a register."""
+
+    def __init__(self, buffers: dict, scalars: dict) -> None:
+        super().__init__(buffers, scalars)  # arrays and variables -> (memory, offset)
+        self.consts: list[float] = []
+        self.slots = 0  # loop counters
+
+    def fresh(self, prefix: str = "") -> int:
+        self.count += 1
+        return self.count - 1
+
+    def _known(self, node: Expr, reg: loops._Region) -> int | None:
+        return reg.loops.get(node) if node.op.name == "index" else reg.lookup(node)
+
+    def _emit(self, node: Expr, reg: loops._Region, home: loops._Region) -> int:
+        d, name = self.fresh(), node.op.name
+        if name == "const":
+            self.consts.append(float(node.payload))
+            home.lines.append((CONST, d, len(self.consts) - 1, 0, 0, 0))
+        elif name == "var":
+            memory, offset = self.scalars[node]
+            home.lines.append((LOAD, d, memory, self.value(loops._ZERO, reg), offset, 0))
+        elif name == "pow" and node.args[1].op.name == "const" and node.args[1].payload in _POWERS:
+            a = self._known(node.args[0], reg)
+            for row in _POWERS[node.args[1].payload](d, a, self):
+                home.lines.append(row)
+        elif name == "load":
+            memory, offset = self.buffers[node.args[0]]
+            at = self.address(node.args[0].shape, node.args[1:], reg, home)
+            home.lines.append((LOAD, d, memory, at, offset, 0))
+        else:
+            args = [self._known(a, reg) for a in node.args]
+            if name in ("mod", "floor_divide") and all(self._integral(a) for a in node.args):
+                home.lines.append((IMOD if name == "mod" else IDIV, d, *args, 0, 0))
+            else:
+                home.lines.append((node.op.code, d, *args, *(0,) * (4 - len(args))))
+            if name in loops._INTEGER_OPS and all(self._integral(a) for a in node.args):
+                self.integers.add(node)
+        return d
+
+    def address(self, shape: tuple, addresses: tuple, reg: loops._Region, home: loops._Region) -> int:
+        """The register of the position of ``addresses`` in an array of ``shape`` raveled (C order),
+        each clamped into the array where it can leave it (a guarded load's), computed in ``home``."""
+        at, stride = None, 1
+        for a, n in reversed(list(zip(addresses, shape))):
+            k = self.value(a, reg)
+            lo, hi = value_range(a)
+            if lo < 0 or hi >= n:
+                k = self._row(home, CLAMP, k, n - 1)
+            if stride != 1:
+                k = self._row(home, OPS["mul"].code, k, self.value(const(float(stride)), reg))
+            at = k if at is None else self._row(home, OPS["add"].code, at, k)
+            stride *= n
+        return at
+
+    def _row(self, home: loops._Region, op: int, a: int, b: int) -> int:
+        d = self.fresh()
+        home.lines.append((op, d, a, b, 0, 0))
+        return d
+
+    def _reduce(self, node: Expr, home: loops._Region, child: loops._Region, body: Expr, i: Expr) -> None:
+        value, acc, kind, size = self.value(body, child), self.fresh(), _KINDS[node.op.name], i.payload[1]
+        rows = [(ACC, acc, value, kind, 0, 0)]
+        home.lines.append((ACCINIT, acc, kind, 0, 0, 0))
+        if home.parent is None:  # at the top level: a nest, one iteration per lane, then across lanes
+            home.lines.append(("nest", size, [(FLAT, child.loops[i], 1, size, 0, 0), *child.lines, *rows]))
+            home.names[node] = self.fresh()
+            home.lines.append((HRED, home.names[node], acc, kind, 0, 0))
+        else:
+            self.slots += 1
+            home.lines.append(("loop", self.slots, size, [(COUNTER, child.loops[i], self.slots, 0, 0, 0),
+                                                          *child.lines, *rows]))
+            home.names[node] = acc
+
+
+def _square(d: int, a: int, emitter: _Lanes) -> list:
+    return [(OPS["mul"].code, d, a, a, 0, 0)]
+
+
+def _cube(d: int, a: int, emitter: _Lanes) -> list:
+    t = emitter.fresh()
+    return [(OPS["mul"].code, t, a, a, 0, 0), (OPS["mul"].code, d, t, a, 0, 0)]
+
+
+# Small constant powers as products, as the compiled code's x**2.0 becomes (a pow call costs 20x a mul).
+_POWERS = {2.0: _square, 3.0: _cube, 0.5: lambda d, a, emitter: [(OPS["sqrt"].code, d, a, 0, 0, 0)]}
+
+
+def lower(program: loops.LoopProgram) -> dict:
+    """``program`` as VM arrays: ``code`` rows, ``ints`` (products' operands), ``consts``, ``tables``,
+    ``dims`` (registers, loop counters, workspace floats, sizes of x, p and out)."""
+    outputs = list(program.roots) if program.returns_value else [loops._ZERO, *program.roots]
+    buffers: dict[Expr, tuple] = {}
+    scalars: dict[Expr, tuple] = {}
+    for memory, layout in ((X, program.inputs), (P, program.params)):
+        for v, start, _ in layout.blocks():
+            (buffers if v.op.name == "array" else scalars)[v] = (memory, start)
+    outputs, products = loops._plan(outputs)
+    order = topo_order(outputs)
+    tables: list[float] = []
+    for t in (n for n in order if n.op.name == "table"):
+        buffers[t] = (TABLES, len(tables))
+        tables += map(float, t.payload[1])
+    emitter, top = _Lanes(buffers, scalars), loops._Region(None, frozenset(), {})
+    slots, offset = [], 0
+    for r in outputs[1:]:
+        slots.append((r, offset))
+        offset += math.prod(r.shape) if r.op.array_valued else 1
+    out_offsets: dict[Expr, int] = {}
+    for r, start in slots:
+        out_offsets.setdefault(r, start)
+    riders, ints, work = loops._riders(order), [], 0
+
+    def place(node: Expr, into: Expr | None = None) -> None:
+        nonlocal work
+        if into is not None:
+            buffers[node] = buffers[into]
+        elif node in out_offsets:
+            buffers[node] = (OUT, out_offsets[node])
+        else:
+            buffers[node], work = (WORK, work), work + math.prod(node.shape)
+
+    for kind, nodes in loops._schedule(order, products):
+        if kind == "product":
+            place(nodes[0])
+            ints += _dot_operands(nodes[0], buffers)
+            top.lines.append((DOT, 0, len(ints) - 15, 0, 0, 0))
+        elif kind == "accumulate":
+            total, rest, scatters = nodes[0], nodes[1], nodes[2:]
+            place(total)
+            if rest is None:
+                top.lines.append((ZERO, 0, *buffers[total], math.prod(total.shape), 0))
+            else:
+                place(rest, into=total)
+                _nest([rest], emitter, top, riders)
+            for nest in loops._nests(scatters):
+                for sc in nest:
+                    place(sc, into=total)
+                _nest(nest, emitter, top, riders)
+        else:
+            for node in nodes:
+                place(node)
+            if kind == "scatter":
+                top.lines.append((ZERO, 0, *buffers[nodes[0]], math.prod(nodes[0].shape), 0))
+            _nest(nodes, emitter, top, riders)
+    zero = emitter.value(loops._ZERO, top)
+    for r, start in slots:
+        size = math.prod(r.shape) if r.op.array_valued else 1
+        if not r.op.array_valued:
+            top.lines.append((STORE, emitter.value(r, top), OUT, zero, start, 0))
+        elif buffers[r] != (OUT, start):  # an input as it is, or the same array again
+            top.lines.append((COPY, buffers[r][1], buffers[r][0], start, OUT, size))
+    if not outputs[0].op.array_valued:
+        top.lines.append((RET, 0, emitter.value(outputs[0], top), 0, 0, 0))
+    code = np.array(_flatten(top.lines), dtype=np.int64).reshape(-1, 6)
+    dims = [emitter.count, emitter.slots, work, len(program.inputs), len(program.params), program.n_out]
+    return dict(code=code, ints=np.array(ints or [0], dtype=np.int64), consts=np.array(emitter.consts or [0.0]),
+                tables=np.array(tables or [0.0]), dims=np.array(dims, dtype=np.int64))
+
+
+def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) -> None:
+    """One nest filling tensors (at their flat position) or adding scatters (at their addresses),
+    with the scalar reductions that ride along when it is one-dimensional."""
+    first = group[0]
+    k = first.payload[1] if first.op.name == "scatter" else 0
+    indices = tuple(fresh_index(i) for i in first.args[1 + k:])
+    sizes = [i.payload[1] for i in indices]
+    riding = [r for r in riders if len(sizes) == 1 and r.args[1].payload[1] == sizes[0]]
+    riders[:] = [r for r in riders if all(r is not q for q in riding)]
+    region = loops._Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})
+    rows = [(FLAT, region.loops[i], math.prod(sizes[n + 1:]), sizes[n], 0, 0) for n, i in enumerate(indices)]
+    flat = region.loops[indices[0]] if len(indices) == 1 else emitter.fresh()  # the position in the nest
+    if len(indices) > 1:
+        rows.append((FLAT, flat, 1, math.prod(sizes), 0, 0))
+    after = []
+    for node in group + riding:
+        k = node.payload[1] if node.op.name == "scatter" else 0
+        own = node.args[1 + k:]
+        body = substitute_indices(node.args[0], dict(zip(own, indices)))
+        value = emitter.value(body, region)
+        if node.op.name in _KINDS:
+            acc, kind = emitter.fresh(), _KINDS[node.op.name]
+            top.lines.append((ACCINIT, acc, kind, 0, 0, 0))
+            region.lines.append((ACC, acc, value, kind, 0, 0))
+            top.names[node] = emitter.fresh()
+            after.append((HRED, top.names[node], acc, kind, 0, 0))
+        elif node.op.name == "tensor":
+            region.lines.append((STORE, value, *emitter.buffers[node][:1], flat, emitter.buffers[node][1], 0))
+        else:
+            addresses = [substitute_indices(a, dict(zip(own, indices))) for a in node.args[1:1 + k]]
+            at = emitter.address(node.shape, tuple(addresses), region, region)
+            memory, offset = emitter.buffers[node]
+            region.lines.append((ADDTO, value, memory, at, offset, 0))
+    top.lines.append(("nest", math.prod(sizes), rows + region.lines))
+    top.lines += after
+
+
+def _dot_operands(node: Expr, buffers: dict) -> list[int]:
+    """The 15 integers of a DOT row (see the module's ``dot``) for the product tensor ``node``."""
+    (body, c), axes = node.args[0].args, node.args[1:]
+    first, second = sorted(body.args, key=lambda f: axes[0] not in f.free)
+    out = [*buffers[node], node.shape[0], node.shape[1] if len(node.shape) > 1 else 1]
+
+    def operand(load: Expr, leading: Expr) -> list[int]:
+        shape = load.args[0].shape
+        return [*buffers[load.args[0]], shape[0], shape[1] if len(shape) > 1 else 1,
+                int(len(shape) > 1 and load.args[1] is not leading)]
+
+    return out + operand(first, axes[0]) + operand(second, c) + [int(len(axes) == 1)]
+
+
+def _flatten(items: list, rows: list | None = None) -> list:
+    """Rows with nests and loops turned into jumps (their nesting is a few levels deep)."""
+    rows = [] if rows is None else rows
+    for item in items:
+        if item[0] in ("nest", "loop"):
+            start = len(rows)
+            rows.append(None)
+            _flatten(item[-1], rows)
+            if item[0] == "nest":
+                rows.append((ENDNEST, 0, start + 1, 0, 0, 0))
+                rows[start] = (NEST, 0, item[1], len(rows), 0, 0)
+            else:
+                rows.append((ENDLOOP, 0, item[1], item[2], start + 1, 0))
+                rows[start] = (LOOP, 0, item[1], item[2], len(rows), 0)
+        else:
+            rows.append(item)
+    return rows
+
+
+_NAMES = {code: name for name, code in globals().items()
+          if isinstance(code, int) and code >= 1000 and name.isupper()}
+
+
+def listing(arrays: dict) -> str:
+    """The VM rows, one per line (``r3 = mul r1 r2``, ``LOAD r4 memory 0 at r2 + 7``)."""
+    ops = {op.code: op for op in OPS.values()}
+    lines = []
+    for k, (op, d, a, b, c, e) in enumerate(arrays["code"].tolist()):
+        if op in ops:
+            lines.append(f"{k:4d}  r{d} = {ops[op].name} " + " ".join(f"r{s}" for s in (a, b, c)[:ops[op].arity]))
+        else:
+            lines.append(f"{k:4d}  {_NAMES[op]} {d} {a} {b} {c} {e}")
+    return "\n".join(lines)
+
+
+def vm_kernels(program: loops.LoopProgram) -> Kernels:
+    """The loop VM's kernels bound to ``program``'s arrays: nothing is compiled per program."""
+    arrays = lower(program)
+    parts = (arrays["code"], arrays["ints"], arrays["consts"], arrays["tables"], arrays["dims"])
+    bind = lambda name: functools.partial(variant(name), *parts)  # noqa: E731
+    return Kernels("vm", functools.lru_cache(None)(bind), lambda: listing(arrays))
+
+
+loops.LOOP_BACKENDS["vm"] = vm_kernels
