@@ -236,3 +236,18 @@ def test_matrix_products_through_blas_in_any_orientation_equal_the_interpreter(b
     assert value == pytest.approx(want[0], rel=1e-12)
     np.testing.assert_allclose(gradient, np.concatenate([np.ravel(w) for w in want[1:]]), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(sg.evaluate(AB, point), point[A] @ point[B].T, rtol=1e-13)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
+def test_the_loop_vm_equals_the_interpreter_on_random_bodies(fx, values, a):
+    """Every op, max / min, periodic and reversed addresses: nothing compiles per program, so broadly."""
+    f, x = fx
+    x0 = np.array(values[: x.shape[0]]) + 0.123 * np.arange(x.shape[0])
+    point = {x: x0, "a": a}
+    assume(not tied(f, point))
+    want = sg.evaluate([f, *sg.grad(f, [x, sg.Var("a")])], point)
+    assume(all(np.all(np.isfinite(w)) for w in want))
+    value, gradient = sg.value_and_grad(f, [x, sg.Var("a")], backend="vm")(np.append(x0, a))
+    assert value == pytest.approx(want[0], rel=1e-12, abs=1e-12), str(f)
+    np.testing.assert_allclose(gradient, np.append(want[1], want[2]), rtol=1e-11, atol=1e-11, err_msg=str(f))

@@ -671,7 +671,7 @@ class LoopProgram:
 # silently otherwise), the workspace allocated once per thread's rows.
 _ENTRIES = """
 
-@numba.njit(error_model='numpy')
+@numba.njit(nogil=True, error_model='numpy')
 def batch(X, P, V, OUT, lo, hi):
     if X.shape[1] != {nx} or P.shape[1] != {np} or OUT.shape[1] != {nout}:
         raise ValueError("symgrad: wrong shape")
@@ -682,7 +682,7 @@ def batch(X, P, V, OUT, lo, hi):
             V[r] = v
 
 
-@numba.njit(error_model='numpy')
+@numba.njit(nogil=True, error_model='numpy')
 def total(x, P, acc, lo, hi):
     if x.shape[0] != {nx} or P.shape[1] != {np}:
         raise ValueError("symgrad: wrong shape")
