@@ -251,3 +251,9 @@ def test_the_loop_vm_equals_the_interpreter_on_random_bodies(fx, values, a):
     value, gradient = sg.value_and_grad(f, [x, sg.Var("a")], backend="vm")(np.append(x0, a))
     assert value == pytest.approx(want[0], rel=1e-12, abs=1e-12), str(f)
     np.testing.assert_allclose(gradient, np.append(want[1], want[2]), rtol=1e-11, atol=1e-11, err_msg=str(f))
+    v = np.cos(np.arange(x.shape[0] + 1.0))  # H v, forward over reverse, against the unrolled Hessian
+    names = [sg.Var(f"x[{k}]") for k in range(x.shape[0])] + [sg.Var("a")]
+    H = np.array(sg.evaluate(sg.hessian(sg.unroll(f), names), {**elements("x", x0), "a": a}), dtype=float)
+    assume(np.all(np.isfinite(H)))
+    hv = sg.hvp(f, [x, sg.Var("a")], backend="vm")(np.append(x0, a), v)
+    np.testing.assert_allclose(hv, H @ v, rtol=1e-10, atol=1e-10, err_msg=str(f))
