@@ -28,6 +28,11 @@ def rolled_sums(draw):
     return reduce(kind, body, i) + sg.sin(sg.Var("a")), x
 
 
+def spread(values: list, n: int) -> np.ndarray:
+    """The first n drawn values, pulled apart (distinct: max / min without ties)."""
+    return np.array(values[:n]) + 0.123 * np.arange(n)
+
+
 def tied(f, point) -> bool:
     """Whether a max / min in f has equal elements at the point (a kink: conventions differ)."""
     for node in sg.expr.traverse.topo_order([f]):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from rolled_graphs import elements, nested_sums, rolled_sums, tied
+from rolled_graphs import elements, nested_sums, rolled_sums, spread, tied
 
 import symgrad as sg
 
@@ -131,7 +131,7 @@ def test_periodic_strided_and_two_dimensional_problems_against_numpy_by_hand(cas
 def test_jacobians_of_tensors_and_hessians_equal_the_unrolled_graphs(fx, values, a):
     f, x = fx
     n = x.shape[0]
-    x0 = np.array(values[:n]) + 0.123 * np.arange(n)
+    x0 = spread(values, n)
     point = {x: x0, "a": a}
     assume(not tied(f, point))
     reduction = next(m for m in sg.expr.traverse.topo_order([f]) if m.op.name in ("sum", "max", "min"))
@@ -243,7 +243,7 @@ def test_matrix_products_through_blas_in_any_orientation_equal_the_interpreter(b
 def test_the_loop_vm_equals_the_interpreter_on_random_bodies(fx, values, a):
     """Every op, max / min, periodic and reversed addresses: nothing compiles per program, so broadly."""
     f, x = fx
-    x0 = np.array(values[: x.shape[0]]) + 0.123 * np.arange(x.shape[0])
+    x0 = spread(values, x.shape[0])
     point = {x: x0, "a": a}
     assume(not tied(f, point))
     want = sg.evaluate([f, *sg.grad(f, [x, sg.Var("a")])], point)
@@ -257,3 +257,13 @@ def test_the_loop_vm_equals_the_interpreter_on_random_bodies(fx, values, a):
     assume(np.all(np.isfinite(H)))
     hv = sg.hvp(f, [x, sg.Var("a")], backend="vm")(np.append(x0, a), v)
     np.testing.assert_allclose(hv, H @ v, rtol=1e-10, atol=1e-10, err_msg=str(f))
+
+
+def test_a_constant_gradient_array_keeps_its_shape_in_forward_mode():
+    """jvp of an array that does not vary is a zero array of its shape, not a scalar zero (hvp's layout)."""
+    x, i, a = sg.array("x", 3), sg.index("i", 1), sg.Var("a")
+    f = sg.sin(a) + sg.sum(a + 0.5 + x[i], i)
+    (tx,) = sg.jvp(sg.grad(f, [x]), [x, a], [sg.array("v", 3), 1.0])
+    assert tx.shape == (3,)
+    hv = sg.hvp(f, [x, a], backend="vm")(np.zeros(4), np.ones(4))
+    np.testing.assert_array_equal(hv, [0.0, 0.0, 0.0, -np.sin(0.0)])

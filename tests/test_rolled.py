@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from rolled_graphs import elements, nested_sums, rolled_sums, tied, unrolled_grad
+from rolled_graphs import elements, nested_sums, rolled_sums, spread, tied, unrolled_grad
 from sympy_ref import close
 
 import symgrad as sg
@@ -139,7 +139,7 @@ def test_saving_and_pickling_rolled_expressions():
 @given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
 def test_rolled_gradients_equal_the_unrolled_graphs(fx, values, a):
     f, x = fx
-    x0 = np.array(values[: x.shape[0]]) + 0.123 * np.arange(x.shape[0])  # distinct: max/min without ties
+    x0 = spread(values, x.shape[0])
     assume(not tied(f, {x: x0, "a": a}))
     gx, ga = sg.grad(f, [x, sg.Var("a")])
     assert gx.shape == x.shape and ga.shape == ()
@@ -207,7 +207,7 @@ def test_the_rosenbrock_gradient_is_one_readable_formula_at_any_size():
 def test_forward_mode_and_hessian_vector_products_equal_the_unrolled_graphs(fx, values, a):
     f, x = fx
     n = x.shape[0]
-    x0 = np.array(values[:n]) + 0.123 * np.arange(n)
+    x0 = spread(values, n)
     v0 = np.array(values[9:9 + n])
     v = array("v", n)
     point = {x: x0, v: v0, "a": a}

@@ -284,7 +284,8 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
             if not k % CHUNK:
                 update(min(CHUNK, len(order) - k))
             _tangent(node, tangent)
-    return _like(fs, [tangent.get(o, _ZERO) for o in outs])
+    zero = lambda o: rolled.tensor(0.0, *rolled.fresh_indices(o)) if o.op.array_valued else _ZERO  # noqa: E731
+    return _like(fs, [tangent[o] if o in tangent else zero(o) for o in outs])
 
 
 def _tangent(node: Expr, tangent: dict[Expr, Expr]) -> None:
