@@ -534,6 +534,81 @@ def mlp_rows() -> None:
         row(problem, "JAX jit(value_and_grad)", "per call", seconds, base)
 
 
+def mlp_numpy(W1, b1, W2, b2, X, T):
+    """The MLP of mlp_loss, as whole-batch NumPy code (how JAX users write it)."""
+    a = np.tanh(X @ W1 + b1)
+    z = a @ W2 + b2
+    m = np.max(z, axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.sum(np.exp(z - m), axis=1))
+    return np.mean(lse - np.sum(T * z, axis=1))
+
+
+def logistic(w, X, y):
+    z = X @ w
+    return np.mean(np.logaddexp(0.0, z) - y * z)
+
+
+def numpy_code() -> None:
+    """NumPy array code traced onto indexed expressions (issue 12): sg.value_and_grad(fn) of plain
+    NumPy functions, against hand-written loops, NumPy by hand and JAX."""
+    rosen_np_code = lambda x: np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)  # noqa: E731
+    for n in (10**4, 10**6):
+        v = np.linspace(-1.0, 1.0, n)
+        base = per_call(hand.rosen, v)
+        problem = f"P2 Rosenbrock n={n}, traced NumPy code"
+        row(problem, "hand-written @njit loop", "per call", base, base)
+        first_and_per_call(problem, "symgrad value_and_grad(fn)", base, v,
+                           lambda x: _called(sg.value_and_grad(rosen_np_code), x), v)
+    S, D, H, K = MLP
+    rng = np.random.default_rng(0)
+    X, W1, b1 = rng.normal(size=(S, D)), rng.normal(size=(D, H)) / 8, rng.normal(size=H)
+    W2, b2, T = rng.normal(size=(H, K)) / 6, rng.normal(size=K), np.eye(K)[rng.integers(0, K, S)]
+    args = (W1, b1, W2, b2, X, T)
+    problem = f"MLP {D}-{H}-{K}, {S} samples, traced NumPy code"
+    base = per_call(hand.mlp, X, T, W1, b1, W2, b2)
+    row(problem, "NumPy by hand (BLAS)", "per call", base, base)
+    t, vg = first(lambda: _called(sg.value_and_grad(mlp_numpy, argnums=(0, 1, 2, 3)), *args))
+    row(problem, "symgrad value_and_grad(fn)", "first result", t, None, "s")
+    row(problem, "symgrad value_and_grad(fn)", "per call", per_call(vg, *args), base)
+    got, want = vg(*args), hand.mlp(X, T, W1, b1, W2, b2)
+    assert np.isclose(got[0], want[0]) and all(np.allclose(g, w) for g, w in zip(got[1], want[1]))
+    if HAVE["jax"]:
+        f = jax.jit(jax.value_and_grad(mlp_numpy_jax, argnums=(0, 1, 2, 3)))
+        jax.block_until_ready(f(*args))
+        seconds = per_call(lambda: jax.block_until_ready(f(*args)))
+        row(problem, "JAX jit(value_and_grad)", "per call", seconds, base)
+    N, d = 20000, 5
+    X, y = rng.normal(size=(N, d)), (rng.random(N) > 0.5) * 1.0
+    w = rng.normal(size=d) * 0.3
+    problem = f"logistic regression N={N}, d={d}, traced NumPy code"
+    t, vg = first(lambda: _called(sg.value_and_grad(logistic), w, X, y))
+    row(problem, "symgrad value_and_grad(fn)", "first result", t, None, "s")
+    seconds = per_call(vg, w, X, y)
+    row(problem, "symgrad value_and_grad(fn)", "per call", seconds, seconds)
+    if HAVE["jax"]:
+        f = jax.jit(jax.value_and_grad(lambda w, X, y: jnp.mean(jnp.logaddexp(0.0, X @ w) - y * (X @ w))))
+        t, _ = first(lambda: jax.block_until_ready(f(w, X, y)))
+        row(problem, "JAX jit(value_and_grad)", "first result", t, None, "s")
+        row(problem, "JAX jit(value_and_grad)", "per call", per_call(lambda: jax.block_until_ready(f(w, X, y))),
+            seconds)
+    big = rng.normal(size=10**6)
+    t, _ = first(lambda: _called(sg.value_and_grad(lambda a, data: np.sum(a * data) ** 2 + a ** 2), 0.5, big))
+    row("a 10^6-element data argument, traced NumPy code", "symgrad value_and_grad(fn)", "first result", t, None,
+        "s")
+
+
+def mlp_numpy_jax(W1, b1, W2, b2, X, T):
+    a = jnp.tanh(X @ W1 + b1)
+    z = a @ W2 + b2
+    return jnp.mean(jax.nn.logsumexp(z, axis=1) - jnp.sum(T * z, axis=1))
+
+
+def _called(fn, *args):
+    """``fn`` after one call (a traced function compiles on its first call)."""
+    fn(*args)
+    return fn
+
+
 def threshold() -> None:
     """Around the auto threshold: Numba's compile against the VM's slower calls."""
     for n in (5, 15, 40):
@@ -578,7 +653,7 @@ def write(path: Path) -> str:
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
     for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian, bounded,
-                 import_time, rolled):
+                 import_time, rolled, numpy_code):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)

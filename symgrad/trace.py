@@ -41,12 +41,17 @@ from symgrad.expr import diff as symbolic
 from symgrad.expr import rolled
 from symgrad.expr.build import Var
 from symgrad.expr.functions import SymArray, wrap
-from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian
 from symgrad.expr.traverse import as_expr_list, substitute
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
+# Where an array argument has at least this many elements, array arguments trace as rolled arrays
+# (sg.array), under these transforms; smaller problems element by element (straight-line code is
+# the faster at that size).
+ROLLED_MIN = 64
+_INDEXED_TRANSFORMS = ("jit", "grad", "value_and_grad", "hvp")
 _SCALAR_OUT = ("grad", "value_and_grad", "hessian", "hvp")
 _EXTRA = {"hvp": "v", "jvp": "tangents", "vjp": "cotangent"}  # transforms taking a vector besides fn's arguments
 _F64 = np.dtype(np.float64)
@@ -101,10 +106,13 @@ def _leaf_info(leaf: Any, who: str, name: str) -> tuple[tuple, Any]:
     return arr.shape, (arr.dtype if low else None)
 
 
-def _symbolic_leaf(name: str, shape: tuple) -> Any:
-    """A variable for a scalar leaf, an array of variables named ``name[i, j]`` for an array."""
+def _symbolic_leaf(name: str, shape: tuple, indexed: bool = False) -> Any:
+    """A variable for a scalar leaf, an array of variables named ``name[i, j]`` for an array, or
+    (``indexed``) one rolled array ``sg.array(name, shape)``."""
     if shape == ():
         return Var(name)
+    if indexed:
+        return rolled.array(name, shape)
     out = np.empty(shape, dtype=object)
     for index in np.ndindex(*shape):
         out[index] = Var(f"{name}[{', '.join(map(str, index))}]")
@@ -140,7 +148,7 @@ def _out_leaves(tree: Any, who: str) -> tuple[list[tuple[list[Expr], tuple]], An
         if arr is not None and not all(isinstance(v, Expr | float | int | np.number) for v in arr.ravel()):
             raise TypeError(f"{who}: the function returned {type(leaf).__name__}; return expressions, numbers, "
                             "arrays of them, or tuples / lists / dicts of those")
-        out.append((as_expr_list(leaf), () if arr is None else arr.shape))
+        out.append((as_expr_list(leaf), leaf.shape if arr is None else arr.shape))
     return out, treedef
 
 
@@ -169,8 +177,9 @@ def _blocks(shapes: list[tuple], dtypes: list[Any]) -> list[tuple[tuple, Any]]:
 class Trace:
     """One traced signature of a :class:`Function`: its symbolic inputs, formulas and kernel."""
 
-    def __init__(self, owner: Function, args: tuple, kwargs: dict, fresh: bool = False) -> None:
-        self.owner = owner
+    def __init__(self, owner: Function, args: tuple, kwargs: dict, fresh: bool = False,
+                 indexed: bool = False) -> None:
+        self.owner, self.indexed = owner, indexed
         who = owner._who
         # Inside another trace fn may close over its variables: names no closure can share.
         tag = f"#{next(_fresh)}" if fresh else ""
@@ -221,7 +230,7 @@ class Trace:
             shape, dtype = _leaf_info(leaf, owner._who, name + path)
             shapes.append(shape)
             dtypes.append(dtype)
-            syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape))
+            syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape, self.indexed))
         self.slots[key] = _Slot(treedef, shapes, dtypes, syms)
         sym = pytree.unflatten(treedef, syms)
         self.arguments[name] = sym
@@ -231,7 +240,8 @@ class Trace:
         """The vector a transform takes besides fn's arguments: v (hvp), tangents (jvp), cotangents (vjp)."""
         t = self.owner.transform
         if t in ("hvp", "jvp"):
-            return [Var(f"Δ{v.payload}") for v in self.inputs]
+            return [Var(f"Δ{v.payload}") if v.op.name == "var" else rolled.array(f"Δ{v.payload[0]}", v.shape)
+                    for v in self.inputs]
         if t == "vjp":
             return [Var(f"ct{tag}[{i}]") for i in range(sum(len(e) for e, _ in self.outputs))]
         return []
@@ -515,12 +525,29 @@ class Function:
             raise TypeError(f"{self._who}.trace: the arguments are symbolic; call the function instead")
         t = self._traces.get(key)
         if t is None:
-            t = Trace(self, args, kwargs)
+            t = self._new_trace(args, kwargs)
             self._traces[key] = t
             if len(self._traces) > MAX_TRACES:
                 self._traces.popitem(last=False)
         self._last = t
         return t
+
+    def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
+        """Array arguments as rolled arrays where the transform takes them; where fn does something
+        that has no rolled form, element by element (object arrays of variables), as before."""
+        if self.transform in _INDEXED_TRANSFORMS and self._large(args, kwargs):
+            try:
+                return Trace(self, args, kwargs, indexed=True)
+            except (TracingError, NotImplementedError, TypeError):
+                pass
+        return Trace(self, args, kwargs)
+
+    def _large(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of
+        them trace as rolled arrays: a small one meets a large one in ``X @ w``)."""
+        traced = [a for k, a in (*enumerate(args), *kwargs.items())
+                  if k not in self.static_argnums and k not in self.static_argnames]
+        return any(np.size(leaf) >= ROLLED_MIN for leaf in pytree.flatten(traced)[0])
 
     def _split_extra(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any]:
         """fn's arguments and the vector an hvp takes besides (last, or v=)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import arrays, ops, printing, rolled, traverse
+from symgrad.expr import arrays, ndarrays, ops, printing, rolled, traverse
 from symgrad.expr.build import apply
 from symgrad.expr.functions import SymArray, rint
 from symgrad.expr.node import Expr, intern
@@ -28,7 +28,10 @@ def _operator(name: str, reflected: bool = False) -> Callable:
     def method(self: Expr, other: Any) -> Any:
         if not isinstance(other, Expr | Real | np.bool_):
             return NotImplemented
-        return apply(op, (other, self) if reflected else (self, other))
+        args = (other, self) if reflected else (self, other)
+        if self.op.array_valued or isinstance(other, Expr) and other.op.array_valued:
+            return ndarrays.elementwise(lambda a, b: apply(op, (a, b)), args)
+        return apply(op, args)
     return method
 
 
@@ -42,7 +45,7 @@ for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
     setattr(Expr, f"__{_name}__", _operator(_name))
 Expr.__divmod__ = lambda self, other: (self // other, self % other)
 Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
-Expr.__neg__ = lambda self: apply(ops.neg, (self,))
+Expr.__neg__ = lambda self: ndarrays.elementwise(lambda a: apply(ops.neg, (a,)), (self,))
 Expr.__pos__ = lambda self: self
 for _name, _op in ops.FUNCTIONS.items():
     for _method in (_name, *_op.aliases):
@@ -61,7 +64,8 @@ def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
 Expr.shape = property(rolled.shape_of)
 Expr.ndim = property(lambda self: len(rolled.shape_of(self)))
 Expr.size = property(lambda self: math.prod(rolled.shape_of(self)))
-Expr.__getitem__ = rolled.subscript
+Expr.__getitem__ = lambda self, key: ndarrays.getitem(self, key) if self.op.array_valued else \
+    rolled.subscript(self, key)
 Expr.dtype = np.dtype(object)  # as a traced array's: np.zeros(n, dtype=x.dtype) can hold expressions
 Expr.real = property(lambda self: self)
 Expr.imag = property(lambda self: intern(ops.OPS["const"], (), 0.0))
@@ -88,8 +92,37 @@ def _unpickle(nodes: list, outputs: list) -> Expr:
 
 
 Expr.__reduce__ = lambda self: (_unpickle, traverse.to_flat(self))  # flat: no recursion, then interned
-Expr.__array_ufunc__ = lambda self, ufunc, method, *inputs, **kwargs: arrays.array_ufunc(ufunc, method, inputs,
-                                                                                         kwargs)
-Expr.__array_function__ = lambda self, func, types, args, kwargs: arrays.array_function(func, args, kwargs)
-SymArray.__array_ufunc__ = Expr.__array_ufunc__
-SymArray.__array_function__ = Expr.__array_function__
+
+
+def _has_array(values: Any) -> bool:
+    return any(isinstance(v, Expr) and v.op.array_valued for v in values)
+
+
+def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    if _has_array(inputs):  # a rolled array: NumPy's meaning, as indexed expressions
+        return ndarrays.array_ufunc(ufunc, method, inputs, kwargs, arrays.ELEMENTWISE)
+    return arrays.array_ufunc(ufunc, method, inputs, kwargs)
+
+
+def _array_function(self: Any, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+    if _has_array(args) or _has_array(kwargs.values()):
+        return ndarrays.array_function(func, args, kwargs)
+    return arrays.array_function(func, args, kwargs)
+
+
+Expr.__array_ufunc__ = SymArray.__array_ufunc__ = _array_ufunc
+Expr.__array_function__ = SymArray.__array_function__ = _array_function
+Expr.__matmul__ = lambda self, other: ndarrays.matmul(self, other)
+Expr.__rmatmul__ = lambda self, other: ndarrays.matmul(other, self)
+# NumPy's array methods, for rolled arrays (a scalar is its own sum, mean, max ...).
+for _kind in ("sum", "max", "min"):
+    setattr(Expr, _kind, lambda self, axis=None, dtype=None, out=None, keepdims=False, _kind=_kind, **rest:
+            ndarrays.FUNCTIONS[getattr(np, _kind)](self, axis=axis, out=out, keepdims=keepdims, **rest))
+Expr.mean = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.FUNCTIONS[np.mean](
+    self, axis=axis, out=out, keepdims=keepdims)
+Expr.T = property(lambda self: ndarrays.transpose(self) if self.op.array_valued else self)
+Expr.transpose = lambda self, *axes: ndarrays.transpose(self, axes[0] if len(axes) == 1 and isinstance(
+    axes[0], tuple | list) else axes or None) if self.op.array_valued else self
+Expr.reshape = lambda self, *shape: ndarrays.reshape(self, shape[0] if len(shape) == 1 else shape)
+Expr.ravel = Expr.flatten = lambda self: ndarrays.reshape(self, -1)
+Expr.dot = lambda self, other: ndarrays.array_function(np.dot, (self, other), {})

@@ -198,8 +198,8 @@ def tensor(body: Any, *indices: Expr) -> Expr:
         raise ValueError(f"tensor: an index appears twice in {list(indices)}")
     body = body if isinstance(body, Expr) else intern(ops.OPS["const"], (), float(body))
     if body.op.name == "load" and body.payload is None and len(body.args) == len(indices) + 1 and \
-            all(a is i for a, i in zip(body.args[1:], indices)):
-        return body.args[0]  # tensor(t[i, j], i, j) is t
+            all(a is i and i.payload[1] == n for a, i, n in zip(body.args[1:], indices, body.args[0].shape)):
+        return body.args[0]  # tensor(t[i, j], i, j) is t (i, j over all of t)
     outer = body.free.difference(indices)
     if outer:
         raise ValueError(f"tensor: the body {body} also varies over {sorted(str(i) for i in outer)}, which the "

@@ -1,0 +1,263 @@
+"""NumPy on rolled arrays: array code run on ``sg.array`` inputs builds indexed expressions.
+
+An array-valued Expr (an input ``sg.array``, a computed ``tensor``) answers NumPy as an array of
+its shape: elementwise ufuncs and operators broadcast, basic slicing, reductions over axes,
+``@`` / ``np.dot``, transposes and reshapes all build one ``tensor`` node over fresh index
+symbols, whatever the size (issue 12: tracing array code without unrolling it). A tensor of
+cheap arithmetic read by another is inlined (its body at the reader's indices), so elementwise
+chains fuse into one loop; tensors holding reductions or transcendental functions are read,
+not recomputed. A construct with no
+rolled form raises :class:`TracingError` naming it (tracing then falls back to object arrays).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from symgrad.expr import ops, rolled
+from symgrad.expr.build import apply, const
+from symgrad.expr.node import Expr, TracingError
+
+
+def is_array(v: Any) -> bool:
+    """Whether ``v`` is an array-valued expression (an ``sg.array``, a tensor, a table)."""
+    return isinstance(v, Expr) and v.op.array_valued
+
+
+def fresh(shape: tuple) -> tuple:
+    """New index symbols over ``shape``."""
+    return tuple(rolled.fresh_index(rolled.index("i", n)) for n in shape)
+
+
+def element(arr: Expr, idx: tuple) -> Expr:
+    """``arr`` at the index expressions ``idx``: a cheap pointwise tensor's body there (inlined, so
+    chains of elementwise arithmetic fuse), else a load."""
+    if arr.op.name == "tensor" and _pointwise(arr.args[0]):
+        return rolled.substitute_indices(arr.args[0], dict(zip(arr.args[1:], idx)))
+    return apply(ops.OPS["load"], (arr, *idx))
+
+
+def _pointwise(body: Expr) -> bool:
+    """Whether ``body`` is cheap arithmetic: no reduction, no transcendental function (the arrays it
+    reads may hold them: they stay loads). A costly body stays a tensor, computed once: its
+    derivative (``1 - tanh(u)**2``) then reads the forward values from it."""
+    seen, stack = {body}, [body]
+    while stack:
+        node = stack.pop()
+        if rolled._costly(node):
+            return False
+        for a in node.args:
+            if a not in seen and not a.op.array_valued:
+                seen.add(a)
+                stack.append(a)
+    return True
+
+
+def elementwise(fn: Any, args: tuple) -> Any:
+    """``fn`` applied elementwise to ``args`` (arrays, scalar expressions, numbers), broadcasting."""
+    for a in args:
+        if isinstance(a, np.ndarray) and a.ndim:
+            raise TracingError("a NumPy array of constants combined with a traced array: pass it as an argument "
+                               "(data), or build it from the traced values")
+    shapes = [a.shape if is_array(a) else () for a in args]
+    try:
+        out = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"operands could not be broadcast together with shapes {' '.join(map(str, shapes))}") \
+            from None
+    if not out:
+        return fn(*args)
+    J = fresh(out)
+    values = []
+    for a, s in zip(args, shapes):
+        if not s:
+            values.append(a)
+            continue
+        k = len(out) - len(s)
+        values.append(element(a, tuple(J[k + d] if s[d] == out[k + d] else const(0.0) for d in range(len(s)))))
+    return rolled.tensor(fn(*values), *J)
+
+
+def getitem(arr: Expr, key: Any) -> Expr:
+    """``arr[key]``: index expressions as ``rolled.subscript``; integers, slices (any step), ``None``
+    and ``...`` as NumPy's basic indexing."""
+    key = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, Expr) for k in key):
+        return rolled.subscript(arr, key)
+    if any(isinstance(k, np.ndarray | list) for k in key):
+        raise TracingError("indexing a traced array with an array of indices (a gather) has no rolled form yet")
+    n_axes = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (arr.ndim - n_axes) + key[at + 1:]
+    key = key + (slice(None),) * (arr.ndim - n_axes)
+    addresses, out, dim = [], [], 0
+    for k in key:
+        if k is None:
+            out.append(rolled.fresh_index(rolled.index("i", 1)))
+            continue
+        n = arr.shape[dim]
+        dim += 1
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            size = len(range(start, stop, step))
+            if size == 0:
+                raise TracingError(f"the slice {k} of an axis of size {n} is empty: no rolled form")
+            j = rolled.fresh_index(rolled.index("i", size))
+            out.append(j)
+            addresses.append(j * step + start if step != 1 else j + start if start else j)
+        else:
+            i = int(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim - 1} with size {n}")
+            addresses.append(const(float(i % n)))
+    value = element(arr, tuple(addresses))
+    return rolled.tensor(value, *out) if out else value
+
+
+def reduce(kind: str, arr: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``np.sum`` / ``np.max`` / ``np.min`` of ``arr`` over ``axis`` (None: all)."""
+    if not is_array(arr):
+        return arr
+    axes = _axes(axis, arr.ndim)
+    idx = fresh(arr.shape)
+    body = element(arr, idx)
+    for d in sorted(axes, reverse=True):
+        body = rolled.reduce(kind, body, idx[d])
+    kept = [idx[d] if d not in axes else rolled.fresh_index(rolled.index("i", 1)) for d in range(arr.ndim)
+            if d not in axes or keepdims]
+    return rolled.tensor(body, *kept) if kept else body
+
+
+def mean(arr: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``np.mean``: the sum over the axes divided by their size."""
+    if not is_array(arr):
+        return arr
+    count = math.prod(arr.shape[d] for d in _axes(axis, arr.ndim))
+    return divide(reduce("sum", arr, axis, keepdims), float(count))
+
+
+def divide(a: Any, b: Any) -> Any:
+    return elementwise(lambda x, y: x / y, (a, b))
+
+
+def _axes(axis: Any, ndim: int) -> set:
+    if axis is None:
+        return set(range(ndim))
+    axes = axis if isinstance(axis, tuple | list) else (axis,)
+    for a in axes:
+        if not -ndim <= int(a) < ndim:
+            raise np.exceptions.AxisError(f"axis {a} is out of bounds for array of dimension {ndim}")
+    return {int(a) % ndim for a in axes}
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` for 1-D and 2-D arrays: a sum over the shared axis (a BLAS product when compiled)."""
+    if not (is_array(a) and is_array(b)):
+        raise TracingError("@ of a traced array with a constant NumPy array: pass the array as an argument (data)")
+    if a.ndim > 2 or b.ndim > 2:
+        raise TracingError("@ of arrays with more than two dimensions has no rolled form yet")
+    k = a.shape[-1]
+    if b.shape[0] != k:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align ({k} != {b.shape[0]})")
+    s = rolled.fresh_index(rolled.index("i", k))
+    rows = fresh(a.shape[:-1])
+    cols = fresh(b.shape[1:])
+    body = rolled.reduce("sum", element(a, (*rows, s)) * element(b, (s, *cols)), s)
+    return rolled.tensor(body, *rows, *cols) if rows or cols else body
+
+
+def transpose(arr: Expr, axes: Any = None) -> Expr:
+    """``np.transpose``: the axes permuted (reversed by default)."""
+    order = tuple(reversed(range(arr.ndim))) if axes is None else tuple(int(a) % arr.ndim for a in axes)
+    J = fresh(tuple(arr.shape[d] for d in order))
+    idx = [None] * arr.ndim
+    for j, d in zip(J, order):
+        idx[d] = j
+    return rolled.tensor(element(arr, tuple(idx)), *J)
+
+
+def reshape(arr: Expr, shape: Any) -> Expr:
+    """``np.reshape`` (C order): each element at its flat position's multi-index in ``arr``."""
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(int(d) for d in shape)
+    if shape.count(-1) == 1:
+        known = math.prod(d for d in shape if d != -1)
+        shape = tuple(arr.size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != arr.size:
+        raise ValueError(f"cannot reshape array of size {arr.size} into shape {shape}")
+    if tuple(d for d in shape if d != 1) == tuple(d for d in arr.shape if d != 1):  # only size-1 axes change
+        J = fresh(shape)
+        big = iter([j for j, d in zip(J, shape) if d != 1])
+        return rolled.tensor(element(arr, tuple(next(big) if d != 1 else const(0.0) for d in arr.shape)), *J)
+    J = fresh(shape)
+    flat, stride = const(0.0), 1
+    for j, d in reversed(list(zip(J, shape))):
+        flat = flat + j * stride if stride != 1 else flat + j
+        stride *= d
+    idx, stride = [], arr.size
+    for d in arr.shape:
+        stride //= d
+        idx.append(rolled.canonical((flat // stride) % d if stride != 1 else flat % d))
+    return rolled.tensor(element(arr, tuple(idx)), *J)
+
+
+def _reducer(kind: str) -> Any:
+    def run(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, **rest: Any) -> Any:
+        rest.pop("dtype", None)
+        if out is not None or any(v is not None and v is not np._NoValue for v in rest.values()):
+            raise TracingError(f"np.{kind}(..., {', '.join(rest)}) on a traced array has no rolled form")
+        return reduce(kind, a, axis, keepdims)
+    return run
+
+
+def _mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+    if out is not None:
+        raise TracingError("np.mean(..., out=...) on a traced array has no rolled form")
+    return mean(a, axis, keepdims)
+
+
+def _where(condition: Any, x: Any, y: Any) -> Any:
+    return elementwise(lambda c, a, b: apply(ops.OPS["where"], (c, a, b)), (condition, x, y))
+
+
+def _dot(a: Any, b: Any) -> Any:
+    if not (is_array(a) and is_array(b)):
+        return elementwise(lambda x, y: x * y, (a, b))
+    return matmul(a, b)
+
+
+FUNCTIONS: dict[Any, Any] = {
+    np.sum: _reducer("sum"), np.max: _reducer("max"), np.amax: _reducer("max"), np.min: _reducer("min"),
+    np.amin: _reducer("min"), np.mean: _mean, np.dot: _dot, np.matmul: matmul,
+    np.transpose: transpose, np.reshape: lambda a, shape, order="C": reshape(a, shape),
+    np.ravel: lambda a, order="C": reshape(a, -1), np.where: _where,
+    np.clip: lambda a, lo, hi, out=None: elementwise(
+        lambda v, p, q: apply(ops.OPS["minimum"], (apply(ops.OPS["maximum"], (v, p)), q)), (a, lo, hi)),
+}
+_UFUNC_REDUCE = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
+
+
+def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict, scalar: Any) -> Any:
+    """NumPy's ``__array_ufunc__`` when an input is a rolled array: ``scalar`` maps the ufunc to the
+    function of expressions it applies elementwise (arrays.ELEMENTWISE)."""
+    name = f"np.{ufunc.__name__}"
+    if kwargs.get("out") is not None:
+        raise TracingError(f"{name}(..., out=...) on a traced array has no rolled form")
+    if method == "reduce" and ufunc in _UFUNC_REDUCE:
+        return reduce(_UFUNC_REDUCE[ufunc], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
+    if method == "__call__" and ufunc is np.matmul:
+        return matmul(*inputs)
+    fn = scalar.get(ufunc)
+    if method != "__call__" or fn is None or set(kwargs) - {"out", "dtype", "casting"}:
+        raise TracingError(f"{name}.{method} on a traced array has no rolled form")
+    return elementwise(fn, inputs)
+
+
+def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
+    """NumPy's ``__array_function__`` when an argument is a rolled array."""
+    if func not in FUNCTIONS:
+        raise TracingError(f"np.{func.__name__} on a traced array has no rolled form yet")
+    return FUNCTIONS[func](*args, **kwargs)
