@@ -352,9 +352,10 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     materialised over the load's indices: computed once per index value (in one loop with the
     other sites' adjoints and the value, by the compiler), however many sites read it shifted.
     Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read."""
-    # In the order the addresses name them: the adjoint of x[r, c] is then that tensor itself.
-    indices = tuple(dict.fromkeys([*(i for a in load.args[1:] for i in sorted(a.free, key=str)),
-                                   *sorted(w.free, key=str)]))  # (w may vary over a Jacobian's rows too)
+    # Over what w varies over (not broadcast along the load's other indices), in the order the
+    # addresses name them: the adjoint of x[r, c] is then that tensor itself.
+    order = [*(i for a in load.args[1:] for i in sorted(a.free, key=str)), *sorted(w.free, key=str)]
+    indices = tuple(i for i in dict.fromkeys(order) if i in w.free)  # (w may vary over a Jacobian's rows)
     if not indices or not any(_costly(n) for n in topo_order([w])):
         return substitute_indices(w, solved)
     return apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
