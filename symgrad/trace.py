@@ -51,7 +51,7 @@ MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped f
 # (sg.array), under these transforms; smaller problems element by element (straight-line code is
 # the faster at that size).
 ROLLED_MIN = 64
-_INDEXED_TRANSFORMS = ("jit", "grad", "value_and_grad", "hvp")
+_INDEXED_TRANSFORMS = ("jit", "grad", "value_and_grad", "hvp", "jacobian", "hessian")
 _SCALAR_OUT = ("grad", "value_and_grad", "hessian", "hvp")
 _EXTRA = {"hvp": "v", "jvp": "tangents", "vjp": "cotangent"}  # transforms taking a vector besides fn's arguments
 _F64 = np.dtype(np.float64)
@@ -284,6 +284,8 @@ class Trace:
             n = len(out_shapes)
             return [*outs, *g, *aux], g, [(s, None) for s in out_shapes] + wrt_blocks + aux_blocks, \
                 self._with_aux(lambda p: (Out(p[:n]), W(p[n:])), n + len(wrt_blocks))
+        if t in ("jacobian", "hessian") and self.indexed:
+            return self._rolled_matrix(outs, out_shapes, Out, W, aux, aux_blocks)
         if t == "jacobian":
             if sparse:
                 if owner.has_aux:
@@ -315,6 +317,20 @@ class Trace:
         W = functools.partial(pytree.unflatten, self.wrt_tree)
         nest = lambda p: rows_tree([W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])
         flat = as_expr_list(flat) if flat else []
+        return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
+
+    def _rolled_matrix(self, outs: list, out_shapes: list, Out: Any, W: Any, aux: list, aux_blocks: list) -> tuple:
+        """Jacobian / Hessian blocks of rolled arrays: one rolled array per (output, input) block."""
+        if self.owner.transform == "hessian":
+            rows, row_shapes, tree = symbolic.hessian(outs[0], self.inputs), self.wrt_shapes, W
+        else:
+            rows = [symbolic.jacobian(o, self.inputs) if o.op.array_valued else symbolic.grad(o, self.inputs)
+                    for o in outs]
+            row_shapes, tree = out_shapes, Out
+        flat = [row[b] for row in rows for b in range(len(self.inputs))]
+        blocks = [(ra + sb, db) for ra in row_shapes for sb, db in zip(self.wrt_shapes, self.wrt_dtypes)]
+        n_in = len(self.wrt_shapes)
+        nest = lambda p: tree([W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])  # noqa: E731
         return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
 
     def _with_aux(self, structure: Any, n: int) -> Any:
@@ -535,7 +551,7 @@ class Function:
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
         """Array arguments as rolled arrays where the transform takes them; where fn does something
         that has no rolled form, element by element (object arrays of variables), as before."""
-        if self.transform in _INDEXED_TRANSFORMS and self._large(args, kwargs):
+        if self.transform in _INDEXED_TRANSFORMS and not self.sparse and self._large(args, kwargs):
             try:
                 return Trace(self, args, kwargs, indexed=True)
             except (TracingError, NotImplementedError, TypeError):

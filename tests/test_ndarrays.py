@@ -130,3 +130,29 @@ def test_hvp_and_jit_on_rolled_arrays():
     f = sg.jit(lambda x: np.tanh(x[1:] - x[:-1]) * 2.0)
     np.testing.assert_allclose(f(x0), np.tanh(x0[1:] - x0[:-1]) * 2.0, rtol=1e-14)
     assert [v.op.name for v in f.trace(x0).inputs] == ["array"]
+
+
+def test_jacobians_and_hessians_of_traced_array_code_are_rolled_and_equal_the_element_trace(monkeypatch):
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(100, 3)), (rng.random(100) > 0.5) * 1.0
+    w = rng.normal(size=3)
+
+    def logistic(w, X, y):
+        z = X @ w
+        return np.mean(np.logaddexp(0.0, z) - y * z)
+
+    def chain(x, a):
+        return np.tanh(x[1:] * x[:-1]) * a
+
+    x0, a0 = np.linspace(0.0, 1.0, 70), 0.7
+    got = [sg.hessian(logistic)(w, X, y), sg.jacobian(chain, argnums=(0, 1))(x0, a0)]
+    assert sg.hessian(logistic).trace(w, X, y).params[0].op.name == "array"
+    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    want = [sg.hessian(logistic, backend="python")(w, X, y), sg.jacobian(chain, argnums=(0, 1),
+                                                                         backend="python")(x0, a0)]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-14)
+    p = 1 / (1 + np.exp(-(X @ w)))
+    np.testing.assert_allclose(got[0], (X.T * (p * (1 - p))) @ X / len(y), rtol=1e-12, atol=1e-14)
+    for g, v in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, v, rtol=1e-12, atol=1e-14)
+    assert got[1][0].shape == (69, 70) and got[1][1].shape == (69,)
