@@ -36,6 +36,12 @@ PROGRAMS = {
     "transpose": lambda x: np.sum(x.reshape(8, 10).T[2:, ::2] * np.dot(x[:8], x.reshape(8, 10))[2:, None]),
     "where_clip": lambda x: np.sum(np.where(x > 0.1, np.clip(x, -0.5, 0.5), x ** 3) - np.maximum(x, 0.2) ** 2),
     "methods": lambda x: x.reshape(10, 8).T.sum(axis=1).max() + x.mean() * x.min() + x.ravel()[5],
+    "stacking": lambda x: np.sum(np.concatenate([x[:30], np.sin(x[50:]) * 2.0]) ** 2
+                                 * np.hstack([x[40:], x[:40]])[:60])
+    + np.sum(np.stack([x[:10], x[10:20] ** 2], axis=1) @ np.vstack([x[20:30], x[30:40]]))
+    + np.sum(np.expand_dims(x[:5], 1) * x[5:8]),
+    "spread": lambda x: np.sum(np.var(x.reshape(8, 10), axis=1, ddof=1) * np.std(x.reshape(8, 10), axis=1))
+    + np.var(x),
 }
 
 

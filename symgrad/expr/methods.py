@@ -95,7 +95,9 @@ Expr.__reduce__ = lambda self: (_unpickle, traverse.to_flat(self))  # flat: no r
 
 
 def _has_array(values: Any) -> bool:
-    return any(isinstance(v, Expr) and v.op.array_valued for v in values)
+    """Whether a rolled array is among ``values`` (or in a list or tuple among them: np.concatenate's)."""
+    return any(isinstance(v, Expr) and v.op.array_valued or isinstance(v, list | tuple) and _has_array(v)
+               for v in values)
 
 
 def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:

@@ -229,6 +229,53 @@ def _dot(a: Any, b: Any) -> Any:
     return matmul(a, b)
 
 
+def var(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0, keepdims: bool = False,
+        **rest: Any) -> Any:
+    """``np.var``: the mean squared deviation from the mean over the axes (``ddof`` as NumPy)."""
+    if out is not None or rest.get("where", True) is not True:
+        raise TracingError("np.var(..., out= / where=) on a traced array has no rolled form")
+    if not is_array(a):
+        return elementwise(lambda v: v * 0.0, (a,))
+    count = math.prod(a.shape[d] for d in _axes(axis, a.ndim))
+    deviation = elementwise(lambda v, m: (v - m) * (v - m), (a, mean(a, axis, keepdims=True)))
+    return divide(reduce("sum", deviation, axis, keepdims), float(count - ddof))
+
+
+def std(*args: Any, **kwargs: Any) -> Any:
+    """``np.std``: the square root of ``np.var``."""
+    return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)), (var(*args, **kwargs),))
+
+
+def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any) -> Expr:
+    """``np.concatenate``: each output element read from the array its position falls in (the
+    others' reads, out of their range there, guarded)."""
+    arrays = list(arrays)
+    if out is not None or axis is None or not all(is_array(a) for a in arrays):
+        raise TracingError("np.concatenate of traced arrays with constants, axis=None or out= has no rolled form")
+    axis = int(axis) % arrays[0].ndim
+    shapes = [a.shape[:axis] + a.shape[axis + 1:] for a in arrays]
+    if any(len(a.shape) != arrays[0].ndim or s != shapes[0] for a, s in zip(arrays, shapes)):
+        raise ValueError(f"concatenate: shapes {[a.shape for a in arrays]} differ off axis {axis}")
+    sizes = [a.shape[axis] for a in arrays]
+    J = fresh(arrays[0].shape[:axis] + (sum(sizes),) + arrays[0].shape[axis + 1:])
+    starts = np.cumsum([0, *sizes]).tolist()
+    value = None
+    for a, start, stop in reversed(list(zip(arrays, starts, starts[1:]))):
+        at = element(a, J[:axis] + (J[axis] - start if start else J[axis],) + J[axis + 1:])
+        value = at if value is None else apply(ops.OPS["where"], (J[axis] < float(stop), at, value))
+    return rolled.tensor(rolled._tidy(value), *J)
+
+
+def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:
+    """``np.stack``: the arrays along a new axis."""
+    arrays = list(arrays)
+    if not all(is_array(a) for a in arrays):
+        raise TracingError("np.stack of traced arrays with scalars or constants has no rolled form")
+    axis = int(axis) % (arrays[0].ndim + 1)
+    grown = [reshape(a, a.shape[:axis] + (1,) + a.shape[axis:]) for a in arrays]
+    return concatenate(grown, axis, out)
+
+
 FUNCTIONS: dict[Any, Any] = {
     np.sum: _reducer("sum"), np.max: _reducer("max"), np.amax: _reducer("max"), np.min: _reducer("min"),
     np.amin: _reducer("min"), np.mean: _mean, np.dot: _dot, np.matmul: matmul,
@@ -236,6 +283,11 @@ FUNCTIONS: dict[Any, Any] = {
     np.ravel: lambda a, order="C": reshape(a, -1), np.where: _where,
     np.clip: lambda a, lo, hi, out=None: elementwise(
         lambda v, p, q: apply(ops.OPS["minimum"], (apply(ops.OPS["maximum"], (v, p)), q)), (a, lo, hi)),
+    np.var: var, np.std: std, np.concatenate: concatenate, np.stack: stack,
+    np.hstack: lambda arrays, **kw: concatenate(arrays, 0 if list(arrays)[0].ndim == 1 else 1),
+    np.vstack: lambda arrays, **kw: concatenate([a if a.ndim > 1 else reshape(a, (1, a.size)) for a in arrays], 0),
+    np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
+                                            a.shape[int(axis) % (a.ndim + 1):]),
 }
 _UFUNC_REDUCE = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
 
