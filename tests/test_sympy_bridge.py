@@ -33,3 +33,10 @@ def test_from_sympy_errors_and_constants():
     with pytest.raises(ValueError, match="'gamma' has no symgrad equivalent"):
         sg.from_sympy(sympy.gamma(X))
     assert sg.from_sympy([X, X ** 2]) == [x, x ** 2]
+
+
+def test_n_ary_min_and_max_from_sympy_fold_pairwise():
+    """SymPy flattens Min(Min(a, b), c) into Min(a, b, c); symgrad's minimum takes two arguments."""
+    a, b, c = sympy.symbols("a b c")
+    f = sg.from_sympy(sympy.Min(0.5, a, b, c) + sympy.Max(a, b, c))
+    assert sg.evaluate(f, {"a": 2.0, "b": -1.0, "c": 3.0}) == -1.0 + 3.0

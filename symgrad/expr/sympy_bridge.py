@@ -106,7 +106,8 @@ def _log(x: Expr, base: Expr | None = None) -> Expr:
     return ops.log(x) if base is None else ops.log(x) / ops.log(base)
 
 
-_FROM: dict[type, Any] = {
+_FROM: dict[type, Any] = {  # the op table's functions first: the rows below (n-ary Min / Max folded) win
+    **{_sympy_function(op): op for op in ops.OPS.values() if isinstance(op.to_sympy, str)},
     sympy.Add: _fold(ops.add),
     sympy.Mul: _fold(ops.mul),
     sympy.Pow: _pow,
@@ -128,7 +129,6 @@ _FROM: dict[type, Any] = {
     sympy.Unequality: ops.ne,
     sympy.re: lambda a: a,  # symgrad values are real
     sympy.im: lambda a: const(0.0),
-    **{_sympy_function(op): op for op in ops.OPS.values() if isinstance(op.to_sympy, str)},
 }
 
 
