@@ -42,6 +42,10 @@ PROGRAMS = {
     + np.sum(np.expand_dims(x[:5], 1) * x[5:8]),
     "spread": lambda x: np.sum(np.var(x.reshape(8, 10), axis=1, ddof=1) * np.std(x.reshape(8, 10), axis=1))
     + np.var(x),
+    "einsum_gathers": lambda x: np.einsum("ij,jk->", x[:12].reshape(3, 4), x[12:32].reshape(4, 5) ** 2)
+    + np.sum(np.outer(x[:3], x[3:7]) * np.einsum("ij->ji", x[40:52].reshape(4, 3))) + np.inner(x[:9], x[9:18])
+    + np.einsum("ii", x[:16].reshape(4, 4)) + np.sum(np.sin(x[np.array([[0, 5], [5, 79], [-1, 2]])]) ** 2)
+    + np.sum(x.reshape(8, 10)[:, [9, 0, 0]][:3] * x.reshape(8, 10)[[1, 7, 3]].T[:3]),
 }
 
 

@@ -88,7 +88,7 @@ def getitem(arr: Expr, key: Any) -> Expr:
     if any(isinstance(k, Expr) for k in key):
         return rolled.subscript(arr, key)
     if any(isinstance(k, np.ndarray | list) for k in key):
-        raise TracingError("indexing a traced array with an array of indices (a gather) has no rolled form yet")
+        return take(arr, key)
     n_axes = sum(1 for k in key if k is not None and k is not Ellipsis)
     if Ellipsis in key:
         at = key.index(Ellipsis)
@@ -276,6 +276,65 @@ def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:
     return concatenate(grown, axis, out)
 
 
+def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
+    """``np.einsum`` (explicit or implicit output, no ``...``): a sum over the letters not in the output
+    of the product of the operands' elements (a BLAS product when it is a matrix product)."""
+    if options.get("out") is not None or "..." in subscripts or not all(is_array(a) for a in operands):
+        raise TracingError("np.einsum with '...', out= or constant operands has no rolled form")
+    spec = subscripts.replace(" ", "")
+    inputs, _, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: {len(terms)} operand subscripts for {len(operands)} operands")
+    if "->" not in spec:
+        output = "".join(sorted(c for c in set(inputs) - {","} if inputs.count(c) == 1))
+    sizes: dict[str, int] = {}
+    for term, a in zip(terms, operands):
+        if len(term) != a.ndim:
+            raise ValueError(f"einsum: subscripts {term!r} for an operand of shape {a.shape}")
+        for c, n in zip(term, a.shape):
+            if sizes.setdefault(c, n) != n:
+                raise ValueError(f"einsum: {c!r} is {sizes[c]} and {n}")
+    letters = {c: rolled.fresh_index(rolled.index("i", n)) for c, n in sizes.items()}
+    body = None
+    for term, a in zip(terms, operands):
+        value = element(a, tuple(letters[c] for c in term))
+        body = value if body is None else body * value
+    for c in sorted(set(sizes) - set(output), reverse=True):
+        body = rolled.reduce("sum", body, letters[c])
+    return rolled.tensor(body, *(letters[c] for c in output)) if output else body
+
+
+def take(a: Expr, key: tuple) -> Expr:
+    """``a[key]`` where one entry of ``key`` is an array of integer indices (a gather through a
+    constant table); the others integers or full slices."""
+    at = [k for k, v in enumerate(key) if isinstance(v, np.ndarray | list)]
+    table = np.asarray(key[at[0]])
+    if len(at) != 1 or table.dtype.kind not in "iu" or len(key) > a.ndim or any(
+            not (isinstance(v, int | np.integer) or v == slice(None)) for k, v in enumerate(key) if k != at[0]):
+        raise TracingError("indexing a traced array with several index arrays, boolean masks or sliced axes "
+                           "beside an index array has no rolled form")
+    axis, n = at[0], a.shape[at[0]]
+    if table.size == 0 or table.min() < -n or table.max() >= n:
+        raise IndexError(f"index array with values {table.min()}..{table.max()} is out of bounds for axis {axis} "
+                         f"with size {n}")
+    key = key + (slice(None),) * (a.ndim - len(key))
+    T = rolled.table(table % n)
+    J = fresh(table.shape)
+    out, addresses = [], []
+    for k, v in enumerate(key):
+        if k == axis:
+            out += J
+            addresses.append(apply(ops.OPS["load"], (T, *J)))
+        elif isinstance(v, slice):
+            j = rolled.fresh_index(rolled.index("i", a.shape[k]))
+            out.append(j)
+            addresses.append(j)
+        else:
+            addresses.append(const(float(int(v) % a.shape[k])))
+    return rolled.tensor(element(a, tuple(addresses)), *out)
+
+
 FUNCTIONS: dict[Any, Any] = {
     np.sum: _reducer("sum"), np.max: _reducer("max"), np.amax: _reducer("max"), np.min: _reducer("min"),
     np.amin: _reducer("min"), np.mean: _mean, np.dot: _dot, np.matmul: matmul,
@@ -283,7 +342,9 @@ FUNCTIONS: dict[Any, Any] = {
     np.ravel: lambda a, order="C": reshape(a, -1), np.where: _where,
     np.clip: lambda a, lo, hi, out=None: elementwise(
         lambda v, p, q: apply(ops.OPS["minimum"], (apply(ops.OPS["maximum"], (v, p)), q)), (a, lo, hi)),
-    np.var: var, np.std: std, np.concatenate: concatenate, np.stack: stack,
+    np.var: var, np.std: std, np.concatenate: concatenate, np.stack: stack, np.einsum: einsum,
+    np.outer: lambda a, b, out=None: einsum("i,j->ij", reshape(a, -1), reshape(b, -1)),
+    np.inner: lambda a, b: einsum("i,i->", a, b) if a.ndim == b.ndim == 1 else _no_form("np.inner"),
     np.hstack: lambda arrays, **kw: concatenate(arrays, 0 if list(arrays)[0].ndim == 1 else 1),
     np.vstack: lambda arrays, **kw: concatenate([a if a.ndim > 1 else reshape(a, (1, a.size)) for a in arrays], 0),
     np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
@@ -306,6 +367,10 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict, scalar: An
     if method != "__call__" or fn is None or set(kwargs) - {"out", "dtype", "casting"}:
         raise TracingError(f"{name}.{method} on a traced array has no rolled form")
     return elementwise(fn, inputs)
+
+
+def _no_form(name: str) -> Any:
+    raise TracingError(f"{name} of these traced arrays has no rolled form yet")
 
 
 def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
