@@ -23,18 +23,33 @@ from symgrad.expr.node import Expr, TracingError
 
 
 def is_array(v: Any) -> bool:
-    """Whether ``v`` is an array-valued expression (an ``sg.array``, a tensor, a table)."""
+    """Whether ``v`` is an array-valued expression (an ``sg.array``, a tensor, a table).
+
+    >>> import symgrad as sg
+    >>> is_array(sg.array("x", 3)), is_array(sg.Var("y"))
+    (True, False)
+    """
     return isinstance(v, Expr) and v.op.array_valued
 
 
 def fresh(shape: tuple) -> tuple:
-    """New index symbols over ``shape``."""
+    """New index symbols over ``shape``.
+
+    >>> [i.payload[1] for i in fresh((2, 3))]
+    [2, 3]
+    """
     return tuple(rolled.fresh_index(rolled.index("i", n)) for n in shape)
 
 
 def element(arr: Expr, idx: tuple) -> Expr:
     """``arr`` at the index expressions ``idx``: a cheap pointwise tensor's body there (inlined, so
-    chains of elementwise arithmetic fuse), else a load."""
+    chains of elementwise arithmetic fuse), else a load.
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 4)
+    >>> element(x * 2.0, (sg.const(1.0),))
+    2*x[1]
+    """
     if arr.op.name == "tensor" and _pointwise(arr.args[0]):
         return rolled.substitute_indices(arr.args[0], dict(zip(arr.args[1:], idx)))
     return apply(ops.OPS["load"], (arr, *idx))
@@ -57,7 +72,13 @@ def _pointwise(body: Expr) -> bool:
 
 
 def elementwise(fn: Any, args: tuple) -> Any:
-    """``fn`` applied elementwise to ``args`` (arrays, scalar expressions, numbers), broadcasting."""
+    """``fn`` applied elementwise to ``args`` (arrays, scalar expressions, numbers), broadcasting.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.array("x", (2, 3)), sg.array("y", 3)
+    >>> (x * y).shape  # elementwise(mul, (x, y)): x[i, j] * y[j]
+    (2, 3)
+    """
     for a in args:
         if isinstance(a, np.ndarray) and a.ndim:
             raise TracingError("a NumPy array of constants combined with a traced array: pass it as an argument "
@@ -83,7 +104,13 @@ def elementwise(fn: Any, args: tuple) -> Any:
 
 def getitem(arr: Expr, key: Any) -> Expr:
     """``arr[key]``: index expressions as ``rolled.subscript``; integers, slices (any step), ``None``
-    and ``...`` as NumPy's basic indexing."""
+    and ``...`` as NumPy's basic indexing; an array of integers as a gather (``take``).
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 10)
+    >>> x[8:1:-3].shape, sg.evaluate(x[8:1:-3], {x: range(10)})
+    ((3,), array([8., 5., 2.]))
+    """
     key = key if isinstance(key, tuple) else (key,)
     if any(isinstance(k, Expr) for k in key):
         return rolled.subscript(arr, key)
@@ -119,7 +146,13 @@ def getitem(arr: Expr, key: Any) -> Expr:
 
 
 def reduce(kind: str, arr: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """``np.sum`` / ``np.max`` / ``np.min`` of ``arr`` over ``axis`` (None: all)."""
+    """``np.sum`` / ``np.max`` / ``np.min`` of ``arr`` over ``axis`` (None: all).
+
+    >>> import numpy as np, symgrad as sg
+    >>> A = sg.array("A", (2, 3))
+    >>> sg.evaluate(reduce("max", A, axis=1), {A: np.arange(6.0).reshape(2, 3)})
+    array([2., 5.])
+    """
     if not is_array(arr):
         return arr
     axes = _axes(axis, arr.ndim)
@@ -133,14 +166,20 @@ def reduce(kind: str, arr: Any, axis: Any = None, keepdims: bool = False) -> Any
 
 
 def mean(arr: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """``np.mean``: the sum over the axes divided by their size."""
+    """``np.mean``: the sum over the axes divided by their size.
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 4)
+    >>> sg.evaluate(mean(x), {x: [1.0, 2.0, 3.0, 6.0]})
+    3.0
+    """
     if not is_array(arr):
         return arr
     count = math.prod(arr.shape[d] for d in _axes(axis, arr.ndim))
-    return divide(reduce("sum", arr, axis, keepdims), float(count))
+    return _divide(reduce("sum", arr, axis, keepdims), float(count))
 
 
-def divide(a: Any, b: Any) -> Any:
+def _divide(a: Any, b: Any) -> Any:
     return elementwise(lambda x, y: x / y, (a, b))
 
 
@@ -155,7 +194,12 @@ def _axes(axis: Any, ndim: int) -> set:
 
 
 def matmul(a: Any, b: Any) -> Any:
-    """``a @ b`` for 1-D and 2-D arrays: a sum over the shared axis (a BLAS product when compiled)."""
+    """``a @ b`` for 1-D and 2-D arrays: a sum over the shared axis (a BLAS product when compiled).
+
+    >>> import symgrad as sg
+    >>> (sg.array("A", (2, 3)) @ sg.array("v", 3)).shape
+    (2,)
+    """
     if not (is_array(a) and is_array(b)):
         raise TracingError("@ of a traced array with a constant NumPy array: pass the array as an argument (data)")
     if a.ndim > 2 or b.ndim > 2:
@@ -171,7 +215,12 @@ def matmul(a: Any, b: Any) -> Any:
 
 
 def transpose(arr: Expr, axes: Any = None) -> Expr:
-    """``np.transpose``: the axes permuted (reversed by default)."""
+    """``np.transpose``: the axes permuted (reversed by default).
+
+    >>> import symgrad as sg
+    >>> transpose(sg.array("A", (2, 3))).shape
+    (3, 2)
+    """
     order = tuple(reversed(range(arr.ndim))) if axes is None else tuple(int(a) % arr.ndim for a in axes)
     J = fresh(tuple(arr.shape[d] for d in order))
     idx = [None] * arr.ndim
@@ -181,7 +230,13 @@ def transpose(arr: Expr, axes: Any = None) -> Expr:
 
 
 def reshape(arr: Expr, shape: Any) -> Expr:
-    """``np.reshape`` (C order): each element at its flat position's multi-index in ``arr``."""
+    """``np.reshape`` (C order): each element at its flat position's multi-index in ``arr``.
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 6)
+    >>> sg.evaluate(reshape(x, (2, -1)), {x: range(6)})[1]
+    array([3., 4., 5.])
+    """
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(int(d) for d in shape)
     if shape.count(-1) == 1:
         known = math.prod(d for d in shape if d != -1)
@@ -231,24 +286,42 @@ def _dot(a: Any, b: Any) -> Any:
 
 def var(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0, keepdims: bool = False,
         **rest: Any) -> Any:
-    """``np.var``: the mean squared deviation from the mean over the axes (``ddof`` as NumPy)."""
+    """``np.var``: the mean squared deviation from the mean over the axes (``ddof`` as NumPy).
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 4)
+    >>> sg.evaluate(var(x, ddof=1), {x: [1.0, 2.0, 3.0, 6.0]})
+    4.666666666666667
+    """
     if out is not None or rest.get("where", True) is not True:
         raise TracingError("np.var(..., out= / where=) on a traced array has no rolled form")
     if not is_array(a):
         return elementwise(lambda v: v * 0.0, (a,))
     count = math.prod(a.shape[d] for d in _axes(axis, a.ndim))
     deviation = elementwise(lambda v, m: (v - m) * (v - m), (a, mean(a, axis, keepdims=True)))
-    return divide(reduce("sum", deviation, axis, keepdims), float(count - ddof))
+    return _divide(reduce("sum", deviation, axis, keepdims), float(count - ddof))
 
 
 def std(*args: Any, **kwargs: Any) -> Any:
-    """``np.std``: the square root of ``np.var``."""
+    """``np.std``: the square root of ``np.var``.
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 2)
+    >>> sg.evaluate(std(x), {x: [1.0, 3.0]})
+    1.0
+    """
     return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)), (var(*args, **kwargs),))
 
 
 def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any) -> Expr:
     """``np.concatenate``: each output element read from the array its position falls in (the
-    others' reads, out of their range there, guarded)."""
+    others' reads, out of their range there, guarded).
+
+    >>> import symgrad as sg
+    >>> x, y = sg.array("x", 2), sg.array("y", 1)
+    >>> concatenate([x, y])
+    tensor(where(j < 2, x[j], y[j - 2]), j=0..2)
+    """
     arrays = list(arrays)
     if out is not None or axis is None or not all(is_array(a) for a in arrays):
         raise TracingError("np.concatenate of traced arrays with constants, axis=None or out= has no rolled form")
@@ -267,7 +340,12 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
 
 
 def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:
-    """``np.stack``: the arrays along a new axis."""
+    """``np.stack``: the arrays along a new axis.
+
+    >>> import symgrad as sg
+    >>> stack([sg.array("x", 3), sg.array("y", 3)], axis=1).shape
+    (3, 2)
+    """
     arrays = list(arrays)
     if not all(is_array(a) for a in arrays):
         raise TracingError("np.stack of traced arrays with scalars or constants has no rolled form")
@@ -278,7 +356,13 @@ def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:
 
 def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     """``np.einsum`` (explicit or implicit output, no ``...``): a sum over the letters not in the output
-    of the product of the operands' elements (a BLAS product when it is a matrix product)."""
+    of the product of the operands' elements (a BLAS product when it is a matrix product).
+
+    >>> import numpy as np, symgrad as sg
+    >>> A = sg.array("A", (2, 2))
+    >>> sg.evaluate(einsum("ii", A), {A: np.array([[1.0, 2.0], [3.0, 4.0]])})
+    5.0
+    """
     if options.get("out") is not None or "..." in subscripts or not all(is_array(a) for a in operands):
         raise TracingError("np.einsum with '...', out= or constant operands has no rolled form")
     spec = subscripts.replace(" ", "")
@@ -307,7 +391,13 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
 
 def take(a: Expr, key: tuple) -> Expr:
     """``a[key]`` where one entry of ``key`` is an array of integer indices (a gather through a
-    constant table); the others integers or full slices."""
+    constant table); the others integers or full slices.
+
+    >>> import numpy as np, symgrad as sg
+    >>> x = sg.array("x", 3)
+    >>> sg.evaluate(take(x, (np.array([2, 0, 2]),)), {x: [10.0, 11.0, 12.0]})
+    array([12., 10., 12.])
+    """
     at = [k for k, v in enumerate(key) if isinstance(v, np.ndarray | list)]
     table = np.asarray(key[at[0]])
     if len(at) != 1 or table.dtype.kind not in "iu" or len(key) > a.ndim or any(
@@ -355,7 +445,12 @@ _UFUNC_REDUCE = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
 
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict, scalar: Any) -> Any:
     """NumPy's ``__array_ufunc__`` when an input is a rolled array: ``scalar`` maps the ufunc to the
-    function of expressions it applies elementwise (arrays.ELEMENTWISE)."""
+    function of expressions it applies elementwise (arrays.ELEMENTWISE).
+
+    >>> import numpy as np, symgrad as sg
+    >>> np.sin(sg.array("x", 3)).shape  # Expr.__array_ufunc__ -> here
+    (3,)
+    """
     name = f"np.{ufunc.__name__}"
     if kwargs.get("out") is not None:
         raise TracingError(f"{name}(..., out=...) on a traced array has no rolled form")
@@ -374,7 +469,12 @@ def _no_form(name: str) -> Any:
 
 
 def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
-    """NumPy's ``__array_function__`` when an argument is a rolled array."""
+    """NumPy's ``__array_function__`` when an argument is a rolled array.
+
+    >>> import numpy as np, symgrad as sg
+    >>> np.sum(sg.array("x", 3) ** 2)  # Expr.__array_function__ -> here
+    sum(x[j]**2, j=0..2)
+    """
     if func not in FUNCTIONS:
         raise TracingError(f"np.{func.__name__} on a traced array has no rolled form yet")
     return FUNCTIONS[func](*args, **kwargs)
