@@ -45,7 +45,9 @@ PROGRAMS = {
     "einsum_gathers": lambda x: np.einsum("ij,jk->", x[:12].reshape(3, 4), x[12:32].reshape(4, 5) ** 2)
     + np.sum(np.outer(x[:3], x[3:7]) * np.einsum("ij->ji", x[40:52].reshape(4, 3))) + np.inner(x[:9], x[9:18])
     + np.einsum("ii", x[:16].reshape(4, 4)) + np.sum(np.sin(x[np.array([[0, 5], [5, 79], [-1, 2]])]) ** 2)
-    + np.sum(x.reshape(8, 10)[:, [9, 0, 0]][:3] * x.reshape(8, 10)[[1, 7, 3]].T[:3]),
+    + np.sum(x.reshape(8, 10)[:, [9, 0, 0]][:3] * x.reshape(8, 10)[[1, 7, 3]].T[:3])
+    + np.sum(np.tensordot(x[:24].reshape(2, 3, 4), x[24:48].reshape(3, 4, 2)) ** 2)
+    + np.sum(np.tensordot(x[:12].reshape(3, 4), x[12:24].reshape(4, 3), axes=([1, 0], [0, 1]))),
 }
 
 

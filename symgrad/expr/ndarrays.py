@@ -389,6 +389,28 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     return rolled.tensor(body, *(letters[c] for c in output)) if output else body
 
 
+def tensordot(a: Expr, b: Expr, axes: Any = 2) -> Any:
+    """``np.tensordot``: a sum over the paired axes (as ``einsum``).
+
+    >>> import symgrad as sg
+    >>> tensordot(sg.array("A", (2, 3, 4)), sg.array("B", (3, 4, 5))).shape
+    (2, 5)
+    """
+    if isinstance(axes, int | np.integer):
+        pairs = list(zip(range(a.ndim - int(axes), a.ndim), range(int(axes))))
+    else:
+        first, second = (np.atleast_1d(x).tolist() for x in axes)
+        pairs = [(int(i) % a.ndim, int(j) % b.ndim) for i, j in zip(first, second)]
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    sa = [next(letters) for _ in range(a.ndim)]
+    sb = [next(letters) for _ in range(b.ndim)]
+    for i, j in pairs:
+        sb[j] = sa[i]
+    shared = {sa[i] for i, _ in pairs}
+    output = [c for c in sa if c not in shared] + [c for c in sb if c not in shared]
+    return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(output)}", a, b)
+
+
 def take(a: Expr, key: tuple) -> Expr:
     """``a[key]`` where one entry of ``key`` is an array of integer indices (a gather through a
     constant table); the others integers or full slices.
@@ -433,6 +455,7 @@ FUNCTIONS: dict[Any, Any] = {
     np.clip: lambda a, lo, hi, out=None: elementwise(
         lambda v, p, q: apply(ops.OPS["minimum"], (apply(ops.OPS["maximum"], (v, p)), q)), (a, lo, hi)),
     np.var: var, np.std: std, np.concatenate: concatenate, np.stack: stack, np.einsum: einsum,
+    np.tensordot: tensordot,
     np.outer: lambda a, b, out=None: einsum("i,j->ij", reshape(a, -1), reshape(b, -1)),
     np.inner: lambda a, b: einsum("i,i->", a, b) if a.ndim == b.ndim == 1 else _no_form("np.inner"),
     np.hstack: lambda arrays, **kw: concatenate(arrays, 0 if list(arrays)[0].ndim == 1 else 1),
