@@ -119,6 +119,11 @@ def _symbolic_leaf(name: str, shape: tuple, indexed: bool = False) -> Any:
     return out.view(SymArray)
 
 
+def _tangent_of(v: Expr) -> Expr:
+    """The tangent input of the variable or array ``v`` (hvp's and jvp's direction): ``Δx``."""
+    return Var(f"Δ{v.payload}") if v.op.name == "var" else rolled.array(f"Δ{v.payload[0]}", v.shape)
+
+
 def _is_symbolic(leaf: Any) -> bool:
     return isinstance(leaf, Expr) or isinstance(leaf, np.ndarray) and leaf.dtype == object
 
@@ -240,8 +245,7 @@ class Trace:
         """The vector a transform takes besides fn's arguments: v (hvp), tangents (jvp), cotangents (vjp)."""
         t = self.owner.transform
         if t in ("hvp", "jvp"):
-            return [Var(f"Δ{v.payload}") if v.op.name == "var" else rolled.array(f"Δ{v.payload[0]}", v.shape)
-                    for v in self.inputs]
+            return [_tangent_of(v) for v in self.inputs]
         if t == "vjp":
             return [Var(f"ct{tag}[{i}]") for i in range(sum(len(e) for e, _ in self.outputs))]
         return []
@@ -820,8 +824,7 @@ def hvp(f: Any, wrt: Any = None, params: Any = (), backend: str = "auto", *, arg
         return Function(f, "hvp", _argnums(wrt, argnums), backend=backend, **options)
     _options("hvp", options, ())
     inputs = as_expr_list(wrt)
-    tangents = [Var(f"Δ{v.payload}") if v.op.name == "var" else rolled.array(f"Δ{v.payload[0]}", v.shape)
-                for v in inputs]
+    tangents = [_tangent_of(v) for v in inputs]
     hv = symbolic.jvp(symbolic.grad(f, inputs), inputs, tangents)
     return compiled.compile(np.array(hv, dtype=object), inputs, [*as_expr_list(params), *tangents], backend)
 

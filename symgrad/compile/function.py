@@ -300,7 +300,7 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto":
-        backend = "numba" if len(program) <= AUTO_THRESHOLD or isinstance(program, LoopProgram) else "vm"
+        backend = "numba" if isinstance(program, LoopProgram) or len(program) <= AUTO_THRESHOLD else "vm"
     needs_roots = backend in REGISTRY and REGISTRY[backend].needs_roots
     return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 

@@ -296,13 +296,7 @@ def lower(program: loops.LoopProgram) -> dict:
         buffers[t] = (TABLES, len(tables))
         tables += map(float, t.payload[1])
     emitter, top = _Lanes(buffers, scalars), loops._Region(None, frozenset(), {})
-    slots, offset = [], 0
-    for r in outputs[1:]:
-        slots.append((r, offset))
-        offset += math.prod(r.shape) if r.op.array_valued else 1
-    out_offsets: dict[Expr, int] = {}
-    for r, start in slots:
-        out_offsets.setdefault(r, start)
+    slots, out_offsets, _ = loops._slots(outputs)
     riders, ints, work = loops._riders(order), [], 0
 
     def place(node: Expr, into: Expr | None = None) -> None:
@@ -359,8 +353,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
     k = first.payload[1] if first.op.name == "scatter" else 0
     indices = tuple(fresh_index(i) for i in first.args[1 + k:])
     sizes = [i.payload[1] for i in indices]
-    riding = [r for r in riders if len(sizes) == 1 and r.args[1].payload[1] == sizes[0]]
-    riders[:] = [r for r in riders if all(r is not q for q in riding)]
+    riding = loops._riding(riders, tuple(sizes))
     region = loops._Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})
     rows = [(FLAT, region.loops[i], math.prod(sizes[n + 1:]), sizes[n], 0, 0) for n, i in enumerate(indices)]
     flat = region.loops[indices[0]] if len(indices) == 1 else emitter.fresh()  # the position in the nest

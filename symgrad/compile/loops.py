@@ -29,7 +29,7 @@ from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import _costly, fresh_index, reduce, shape_of, substitute_indices, tensor, value_range
+from symgrad.expr.rolled import costly, fresh_index, reduce, shape_of, substitute_indices, tensor, value_range
 from symgrad.expr.traverse import topo_order
 
 _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
@@ -207,18 +207,12 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     for k, t in enumerate(n for n in order if n.op.name == "table"):
         buffers[t] = f"TABLE{k}"
         head.append(f"TABLE{k} = np.array({list(t.payload[1])}, dtype=np.int64).reshape({tuple(t.payload[0])!r})")
-    slots, offset = [], 0  # (output, its offset in out), in order; an output may appear twice
-    for r in outputs[1:]:
-        slots.append((r, offset))
-        offset += math.prod(r.shape) if r.op.array_valued else 1
-    out_offsets = {}
-    for r, start in slots:
-        out_offsets.setdefault(r, start)
+    slots, out_offsets, offset = _slots(outputs)
     top = _Region(None, frozenset(), {})
     riders = _riders(order)
     work = 0
 
-    def place(node: Expr, into: Expr | None = None) -> None:
+    def place(node: Expr) -> None:
         """A buffer for the array ``node``: its slice of ``out``, or of the workspace (allocated by the caller)."""
         nonlocal work
         buffers[node] = emitter.fresh("t")
@@ -230,10 +224,7 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
         top.lines.append(f"{buffers[node]} = {where}.reshape({node.shape!r})")
 
     def loop(nest: list[Expr]) -> None:
-        ranges = _ranges(nest[0])
-        riding = [r for r in riders if len(ranges) == 1 and r.args[1].payload[1] == ranges[0]]
-        riders[:] = [r for r in riders if all(r is not q for q in riding)]
-        _materialise(nest + riding, buffers, emitter, top)
+        _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
 
     for kind, nodes in _schedule(order, products):
         if kind == "product":
@@ -295,7 +286,7 @@ def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
         for a in set(node.args):
             users[a] = users.get(a, 0) + 1
     axes = _axes(order)
-    shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and _costly(n)}
+    shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and costly(n)}
     outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, axes(node)) if node in shared else None)
     order = topo_order(outputs)
     axes, bodies, products = _axes(order), _bodies(order), set()
@@ -470,6 +461,27 @@ def _ranges(node: Expr) -> tuple:
     return tuple(i.payload[1] for i in node.args[1 + k:])
 
 
+def _slots(outputs: list[Expr]) -> tuple[list, dict, int]:
+    """Where the outputs after the first go in ``out``: (output, offset) in order (an output may be
+    there twice), each output's first offset, and the size of ``out``."""
+    slots, offset = [], 0
+    for r in outputs[1:]:
+        slots.append((r, offset))
+        offset += math.prod(r.shape) if r.op.array_valued else 1
+    first: dict[Expr, int] = {}
+    for r, start in slots:
+        first.setdefault(r, start)
+    return slots, first, offset
+
+
+def _riding(riders: list[Expr], ranges: tuple) -> list[Expr]:
+    """The riders that join a loop nest over ``ranges`` (one-dimensional, over their index's
+    range), taken off the list."""
+    riding = [r for r in riders if len(ranges) == 1 and r.args[1].payload[1] == ranges[0]]
+    riders[:] = [r for r in riders if all(r is not q for q in riding)]  # (== on Exprs builds nodes)
+    return riding
+
+
 def _riders(order: list[Expr]) -> list[Expr]:
     """Scalar reductions over plain inputs, which may join a 1-D loop over the same range: the
     loop computing the adjoints accumulates the value too, sharing what their bodies share."""
@@ -567,12 +579,6 @@ class Layout(Sequence):
         where = np.unravel_index(k - self.starts[block], v.shape)
         return f"{v.payload[0]}[{', '.join(str(int(w)) for w in where)}]"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Layout) and self.exprs == other.exprs
-
-    def __hash__(self) -> int:
-        return hash(self.exprs)
-
     def __repr__(self) -> str:
         names = (f"{v.payload[0]}{list(v.shape)}" if v.op.name == "array" else v.payload for v in self.exprs)
         return f"({', '.join(names)})"
@@ -605,10 +611,13 @@ class LoopProgram:
     returns_value: bool
 
     @classmethod
-    def make(cls, roots: list[Expr], inputs: list[Expr], params: list[Expr], returns_value: bool) -> LoopProgram:
-        """The program for ``roots``, checked: every array or variable it reads is an input or a param."""
+    def make(cls, roots: list[Expr], inputs: list[Expr], params: list[Expr], returns_value: bool,
+             order: list[Expr] | None = None) -> LoopProgram:
+        """The program for ``roots`` (``order``: their topological order, when the caller has it),
+        checked: every array or variable it reads is an input or a param."""
         have = set(inputs).union(params)
-        missing = sorted(str(n) for n in topo_order(roots) if n.op.name in ("var", "array") and n not in have)
+        order = topo_order(roots) if order is None else order
+        missing = sorted(str(n) for n in order if n.op.name in ("var", "array") and n not in have)
         if missing:
             raise ValueError(f"the outputs depend on {', '.join(missing[:5])}, which are not among the inputs "
                              f"{Layout(inputs)!r} or params {Layout(params)!r}")

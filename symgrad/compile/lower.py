@@ -271,7 +271,7 @@ def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | 
     if any(n.op.kind == "rolled" for n in order) or any(v.op.name == "array" for v in loads):
         from symgrad.compile.loops import LoopProgram  # (it imports the backends, which import this)
 
-        return LoopProgram.make(roots, xs, ps, returns_value)
+        return LoopProgram.make(roots, xs, ps, returns_value, order)
     missing = [n.payload for n in order if n.op.name == "var" and n not in loads]
     if missing:
         raise ValueError(f"the outputs depend on variable {sorted(missing)[0]!r}, which is not among the "

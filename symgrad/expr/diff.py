@@ -284,7 +284,7 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
             if not k % CHUNK:
                 update(min(CHUNK, len(order) - k))
             _tangent(node, tangent)
-    zero = lambda o: rolled.tensor(0.0, *rolled.fresh_indices(o)) if o.op.array_valued else _ZERO  # noqa: E731
+    zero = lambda o: rolled.zeros_like(o) if o.op.array_valued else _ZERO  # noqa: E731
     return _like(fs, [tangent[o] if o in tangent else zero(o) for o in outs])
 
 

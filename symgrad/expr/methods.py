@@ -45,7 +45,8 @@ for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
     setattr(Expr, f"__{_name}__", _operator(_name))
 Expr.__divmod__ = lambda self, other: (self // other, self % other)
 Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
-Expr.__neg__ = lambda self: ndarrays.elementwise(lambda a: apply(ops.neg, (a,)), (self,))
+Expr.__neg__ = lambda self: ndarrays.elementwise(lambda a: apply(ops.neg, (a,)), (self,)) if \
+    self.op.array_valued else apply(ops.neg, (self,))
 Expr.__pos__ = lambda self: self
 for _name, _op in ops.FUNCTIONS.items():
     for _method in (_name, *_op.aliases):

@@ -62,7 +62,7 @@ def _pointwise(body: Expr) -> bool:
     seen, stack = {body}, [body]
     while stack:
         node = stack.pop()
-        if rolled._costly(node):
+        if rolled.costly(node):
             return False
         for a in node.args:
             if a not in seen and not a.op.array_valued:
@@ -336,7 +336,7 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
     for a, start, stop in reversed(list(zip(arrays, starts, starts[1:]))):
         at = element(a, J[:axis] + (J[axis] - start if start else J[axis],) + J[axis + 1:])
         value = at if value is None else apply(ops.OPS["where"], (J[axis] < float(stop), at, value))
-    return rolled.tensor(rolled._tidy(value), *J)
+    return rolled.tensor(rolled.tidy(value), *J)
 
 
 def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:

@@ -279,7 +279,11 @@ _FRESH = itertools.count()  # names of the index symbols derivatives introduce: 
 
 
 def zeros_like(x: Expr) -> Expr:
-    """The zero array shaped like the array ``x`` (its gradient where it does not appear)."""
+    """The zero array shaped like the array ``x`` (its gradient where it does not appear).
+
+    >>> zeros_like(array("x", (2, 3))).shape
+    (2, 3)
+    """
     return tensor(0.0, *fresh_indices(x))
 
 
@@ -334,9 +338,9 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple = ()) -> Expr | 
         i, value, conditions = step
         solved[i] = value
         guards += conditions
-    term = _tidy(_at(w, load, solved))
+    term = tidy(_at(w, load, solved))
     for condition in reversed(guards):
-        condition = _tidy(condition)
+        condition = tidy(condition)
         settled = _settled(condition)
         if settled is False:
             return intern(ops.OPS["const"], (), 0.0)
@@ -356,12 +360,19 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     # addresses name them: the adjoint of x[r, c] is then that tensor itself.
     order = [*(i for a in load.args[1:] for i in sorted(a.free, key=str)), *sorted(w.free, key=str)]
     indices = tuple(i for i in dict.fromkeys(order) if i in w.free)  # (w may vary over a Jacobian's rows)
-    if not indices or not any(_costly(n) for n in topo_order([w])):
+    if not indices or not any(costly(n) for n in topo_order([w])):
         return substitute_indices(w, solved)
     return apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
 
 
-def _costly(node: Expr) -> bool:
+def costly(node: Expr) -> bool:
+    """Whether computing ``node`` costs much more than arithmetic: a reduction, or a call of a
+    transcendental function (worth computing once and reading, not recomputing per use).
+
+    >>> x, i = array("x", 3), index("i", 3)
+    >>> costly(subscript(x, i) * 2.0), costly(reduce("sum", subscript(x, i), i))
+    (False, True)
+    """
     template = node.op.numba or ""
     return node.op.name in ("sum", "max", "min") or "math." in template or "np." in template
 
@@ -442,9 +453,14 @@ def canonical(e: Expr) -> Expr:
     return out + offset if offset > 0 else out - (-offset) if offset < 0 else out
 
 
-def _tidy(e: Expr) -> Expr:
+def tidy(e: Expr) -> Expr:
     """``e`` rebuilt once, bottom up, with every load's address and every comparison's sides in
-    canonical form, and each load whose address can leave its array marked guarded (subscript)."""
+    canonical form, and each load whose address can leave its array marked guarded (subscript).
+
+    >>> x, i = array("x", 3), index("i", 3)
+    >>> tidy(ops.where(i - 1 + 1 >= 1, subscript(x, i - 1, guarded=True), 0.0))
+    where(i >= 1, x[i - 1], 0)
+    """
     new: dict[Expr, Expr] = {}
     for node in topo_order([e]):
         args, payload = tuple(new.get(a, a) for a in node.args), node.payload
