@@ -168,3 +168,11 @@ def test_jacobians_and_hessians_of_traced_array_code_are_rolled_and_equal_the_el
     for g, v in zip(got[1], want[1]):
         np.testing.assert_allclose(g, v, rtol=1e-12, atol=1e-14)
     assert got[1][0].shape == (69, 70) and got[1][1].shape == (69,)
+
+
+def test_indexing_a_traced_array_with_a_bool_or_a_float_is_an_error_not_a_guess():
+    x = sg.array("x", 5)
+    for key in (True, np.bool_(False), 1.0, 2.5):
+        with pytest.raises(IndexError, match="only integers, slices"):
+            x[key]
+    assert x[np.int64(-1)] is x[4]

@@ -137,6 +137,9 @@ def getitem(arr: Expr, key: Any) -> Expr:
             out.append(j)
             addresses.append(j * step + start if step != 1 else j + start if start else j)
         else:
+            if isinstance(k, bool | np.bool_) or not isinstance(k, int | np.integer):
+                raise IndexError(f"only integers, slices, None, ... and integer arrays index a traced array, got "
+                                 f"{type(k).__name__} {k!r}")
             i = int(k)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for axis {dim - 1} with size {n}")
