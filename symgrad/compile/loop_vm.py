@@ -116,7 +116,8 @@ def dot(q, x, p, out, work, tables):
 @numba.njit(**_jit)
 def run(code, ints, consts, tables, dims, x, p, out, work):
     # dims: registers, loop counters, work floats, len(x), len(p), len(out)
-    r = np.empty((dims[0], {block}))
+    r = np.empty((max(dims[0], 1), {block}))
+    top = r.shape[0] - 1
     counters = np.zeros(dims[1] + 1, dtype=np.int64)
     L0 = {block}
     L = L0
@@ -132,7 +133,9 @@ def run(code, ints, consts, tables, dims, x, p, out, work):
         c = code[pc, 4]
         e = code[pc, 5]
         pc += 1
-        rd, ra, rb, rc = r[d], r[a], r[b], r[c]  # rows: the lane loops index one dimension
+        # Register rows: the lane loops index one dimension. A pseudo-op's d, a, b, c may be a
+        # memory or an offset, not a register: kept in range, so no view points outside them.
+        rd, ra, rb, rc = r[min(d, top)], r[min(a, top)], r[min(b, top)], r[min(c, top)]
 {dispatch}
     return ret
 
