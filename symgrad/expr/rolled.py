@@ -518,14 +518,6 @@ def scatter(body: Expr, addresses: tuple, indices: tuple, shape: tuple) -> Expr:
     return intern(ops.scatter, (body, *addresses, *indices), (shape, len(addresses)))
 
 
-def require_scalar(order: list[Expr], what: str) -> None:
-    """Raise if ``order`` holds rolled nodes: ``what`` (derivatives, compiling) does not take them yet."""
-    for node in order:
-        if node.op.kind == "rolled":
-            raise NotImplementedError(f"{what} of rolled expressions ({node.op.name} nodes) is not available yet: "
-                                      "use sg.evaluate on them, or unroll(...) to get the scalar graph")
-
-
 def unroll(exprs: Any) -> Any:
     """The same function as an ordinary scalar graph: array inputs become variables ``x[0]``,
     ``x[1, 2]``, ..., sums become chains of additions (the oracle for rolled expressions).
