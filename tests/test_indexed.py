@@ -267,3 +267,16 @@ def test_a_constant_gradient_array_keeps_its_shape_in_forward_mode():
     assert tx.shape == (3,)
     hv = sg.hvp(f, [x, a], backend="vm")(np.zeros(4), np.ones(4))
     np.testing.assert_array_equal(hv, [0.0, 0.0, 0.0, -np.sin(0.0)])
+
+
+def test_sparse_derivatives_go_through_indexed_nodes_and_refuse_array_inputs():
+    x, i = sg.array("x", 4), sg.index("i", 3)
+    a, b, c = sg.symbols("a b c")
+    f = sg.sum(x[i] * a * a * b + sg.sin(x[i + 1] * b), i) + c
+    point = {a: 1.0, b: 2.0, c: 0.5, x: np.arange(4.0) / 3}
+    H = sg.hessian(f, [a, b, c], sparse=True)
+    assert H.nnz == 4  # c enters linearly: its row and column are structurally zero
+    np.testing.assert_allclose(np.array(sg.evaluate(H.to_dense(), point), dtype=float),
+                               np.array(sg.evaluate(sg.hessian(f, [a, b, c]), point), dtype=float), rtol=1e-14)
+    with pytest.raises(TypeError, match="sparse=True differentiates with respect to variables, not the array x"):
+        sg.hessian(f, [x], sparse=True)

@@ -71,9 +71,10 @@ def dependencies(outputs: list[Expr], wrt: list[Expr]) -> list[frozenset]:
         if node in deps:
             continue
         found = _EMPTY
+        rolled = node.op.kind == "rolled"  # a rolled node depends on its first argument; the rest are indices
         for i, arg in enumerate(node.args):
             d = deps.get(arg, _EMPTY)
-            if d and node.op.partials[i] is not None and not d <= found:
+            if d and (i == 0 if rolled else node.op.partials[i] is not None) and not d <= found:
                 found = d if found <= d else found | d
         deps[node] = found
     return [deps[o] for o in outputs]
@@ -113,6 +114,15 @@ def _compressed(fs: list[Expr], wrt: list[Expr], rows: list[frozenset]) -> Spars
                        (len(fs), n))
 
 
+def _scalar_wrt(wrt: Any, who: str) -> list[Expr]:
+    flat = _check_wrt(wrt)
+    for v in flat:
+        if v.op.name == "array":
+            raise TypeError(f"{who}(..., sparse=True) differentiates with respect to variables, not the array "
+                            f"{v}: use the dense rolled sg.jacobian / sg.hessian, or sg.hvp")
+    return flat
+
+
 def sparse_jacobian(fs: Any, wrt: Any) -> SparseExprs:
     """The Jacobian d fs[i] / d wrt[j], structurally nonzero entries only.
 
@@ -122,7 +132,7 @@ def sparse_jacobian(fs: Any, wrt: Any) -> SparseExprs:
     >>> J.exprs
     [-(2*x[0]), 1, -(2*x[1]), 1]
     """
-    flat = _check_wrt(wrt)
+    flat = _scalar_wrt(wrt, "jacobian")
     outs = as_expr_list(fs)
     return _compressed(outs, flat, dependencies(outs, flat))
 
@@ -137,6 +147,6 @@ def sparse_hessian(f: Any, wrt: Any) -> SparseExprs:
            [1, 0, 0],
            [0, 0, 2]], dtype=object)
     """
-    flat = _check_wrt(wrt)
+    flat = _scalar_wrt(wrt, "hessian")
     g = _reverse([_scalar(f, "hessian")], flat)[0]
     return _compressed(g, flat, dependencies(g, flat))
