@@ -278,5 +278,5 @@ def test_sparse_derivatives_go_through_indexed_nodes_and_refuse_array_inputs():
     assert H.nnz == 4  # c enters linearly: its row and column are structurally zero
     np.testing.assert_allclose(np.array(sg.evaluate(H.to_dense(), point), dtype=float),
                                np.array(sg.evaluate(sg.hessian(f, [a, b, c]), point), dtype=float), rtol=1e-14)
-    with pytest.raises(TypeError, match="sparse=True differentiates with respect to variables, not the array x"):
+    with pytest.raises(TypeError, match=r"sparse=True\) differentiates .* variables, not the array x:"):
         sg.hessian(f, [x], sparse=True)
