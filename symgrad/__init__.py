@@ -9,6 +9,7 @@
 from types import ModuleType as _ModuleType
 
 from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from symgrad.compile.function import Compiled

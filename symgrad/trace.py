@@ -84,7 +84,7 @@ class _Slot:
 def _leaf_info(leaf: Any, who: str, name: str) -> tuple[tuple, Any]:
     """(shape, dtype to return derivatives in) of a leaf, or a TypeError naming it."""
     if isinstance(leaf, Expr):
-        return (), None
+        return leaf.shape, None
     if isinstance(leaf, np.ndarray) and leaf.dtype == object:
         return leaf.shape, None
     arr = np.asarray(leaf) if isinstance(leaf, np.ndarray | np.generic | int | float) else None
@@ -128,6 +128,10 @@ def _is_symbolic(leaf: Any) -> bool:
     return isinstance(leaf, Expr) or isinstance(leaf, np.ndarray) and leaf.dtype == object
 
 
+def _is_rolled(leaf: Any) -> bool:
+    return isinstance(leaf, Expr) and leaf.op.array_valued
+
+
 def _signature(value: Any) -> Any:
     """What keys a trace for one argument: its shape, or its tree of leaf shapes and dtypes."""
     kind = type(value)
@@ -161,6 +165,10 @@ def _pieces(flat: np.ndarray, blocks: list[tuple[tuple, Any]]) -> list:
     """``flat`` cut into blocks of the given (shape, dtype): floats (or expressions) for scalars."""
     out, lo = [], 0
     for shape, dtype in blocks:
+        if shape and flat.dtype == object and lo < len(flat) and _is_rolled(flat[lo]):  # a rolled array: one Expr
+            out.append(flat[lo])
+            lo += 1
+            continue
         n = 1
         for d in shape:
             n *= d
@@ -438,6 +446,11 @@ class Trace:
         for key, slot in self.slots.items():
             value = kwargs[key] if isinstance(key, str) else args[key]
             for sym, leaf in zip(slot.syms, pytree.flatten(value)[0]):
+                if _is_rolled(sym):
+                    if not _is_rolled(leaf):  # a concrete array beside rolled ones: no rolled constant arrays
+                        raise TracingError(f"{self.owner._who}: a concrete array argument inside a rolled trace")
+                    mapping[sym] = leaf
+                    continue
                 mapping.update(zip(as_expr_list(sym), np.ravel(np.asarray(leaf, dtype=object)).tolist()))
         if self.extra:
             leaves = self._extra_values(extra)
@@ -595,7 +608,8 @@ class Function:
         if key is None or _tracing.depth or extra is not None and _has_symbolic(extra):
             if self.transform == "jit":  # inside another trace jit is the function itself
                 return self.fn(*args, **kwargs)
-            return Trace(self, args, kwargs, fresh=True).symbolic(args, kwargs, extra)
+            rolled_args = any(map(_is_rolled, pytree.flatten((args, kwargs))[0]))
+            return Trace(self, args, kwargs, fresh=True, indexed=rolled_args).symbolic(args, kwargs, extra)
         return self._trace(key, args, kwargs)(args, kwargs, extra)
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:

@@ -316,6 +316,9 @@ def std(*args: Any, **kwargs: Any) -> Any:
     return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)), (var(*args, **kwargs),))
 
 
+MAX_PIECES = 8  # arrays joined by one concatenate / stack in rolled form
+
+
 def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any) -> Expr:
     """``np.concatenate``: each output element read from the array its position falls in (the
     others' reads, out of their range there, guarded).
@@ -328,6 +331,9 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
     arrays = list(arrays)
     if out is not None or axis is None or not all(is_array(a) for a in arrays):
         raise TracingError("np.concatenate of traced arrays with constants, axis=None or out= has no rolled form")
+    if len(arrays) > MAX_PIECES:  # each element a chain of that many branches (and its derivative worse)
+        raise TracingError(f"np.concatenate / np.stack of {len(arrays)} arrays (a Python loop over rows?): "
+                           "traced element by element; sg.vmap maps a function over rows as one loop")
     axis = int(axis) % arrays[0].ndim
     shapes = [a.shape[:axis] + a.shape[axis + 1:] for a in arrays]
     if any(len(a.shape) != arrays[0].ndim or s != shapes[0] for a, s in zip(arrays, shapes)):

@@ -93,7 +93,7 @@ def substitute(exprs: Any, mapping: dict) -> Any:
             continue
         args = tuple(new.get(a, a) for a in node.args)
         if any(n is not o for n, o in zip(args, node.args)):
-            new[node] = apply(node.op, args)
+            new[node] = apply(node.op, args, node.payload)  # (loads keep "guarded", scatters their shape)
     return _like(exprs, [new.get(r, r) for r in roots])
 
 

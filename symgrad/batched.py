@@ -1,0 +1,208 @@
+"""``sg.vmap``: a function of one example mapped over a batch axis, as ``jax.vmap``.
+
+``vmap(fn)`` is a compiled function (``sg.jit``) of the batch. Traced on rolled arrays (large
+batches) fn sees one example, placeholders shaped like a row, and the batch is one more index
+in the rolled expressions (:mod:`symgrad.expr.batching`): one trace, a loop over the rows in the
+compiled code, matrix-vector work per example turned into matrix products. Traced element by
+element (small arrays), fn is called once per row and the results stacked.
+
+It composes: ``sg.vmap(sg.grad(loss), in_axes=(None, 0, 0))`` gives per-example gradients,
+``sg.grad(lambda w: np.sum(sg.vmap(f, (None, 0))(w, X)))`` differentiates through a batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from typing import Any
+
+import numpy as np
+
+from symgrad import pytree
+from symgrad.expr import batching, rolled
+from symgrad.expr.build import Var, const
+from symgrad.expr.functions import wrap
+from symgrad.expr.node import Expr
+from symgrad.trace import Function
+
+_fresh = itertools.count(1)
+
+
+def vmap(fn: Any, in_axes: Any = 0, out_axes: Any = 0, *, backend: str = "auto") -> Function:
+    """``fn`` mapped over an axis of its arguments (``in_axes``), results stacked along ``out_axes``.
+
+    ``in_axes``: an int (every positional argument), or a tuple with an int or None per
+    argument (None: not mapped, the same for every row); keyword arguments map along 0.
+    ``out_axes``: an int, or a tuple with one per output leaf (None: an output that does not
+    vary over the batch). JAX's conventions throughout; ``backend`` as for ``sg.jit``.
+
+    >>> import numpy as np, symgrad as sg
+    >>> f = sg.vmap(lambda w, x: np.dot(w, x) ** 2, in_axes=(None, 0))
+    >>> f(np.array([1.0, 2.0]), np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+    array([1., 4., 9.])
+    >>> per_example = sg.vmap(sg.grad(lambda w, x: np.dot(w, x) ** 2), in_axes=(None, 0))
+    >>> per_example(np.array([1.0, 2.0]), np.array([[1.0, 0.0], [0.0, 1.0]]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
+    if not callable(fn):
+        raise TypeError(f"sg.vmap: expected a function, got {type(fn).__name__}")
+    return Function(_Batched(fn, in_axes, out_axes), "jit", backend=backend)
+
+
+class _Batched:
+    """The batched function vmap compiles: called on symbolic arguments (inside a trace)."""
+
+    def __init__(self, fn: Any, in_axes: Any, out_axes: Any) -> None:
+        self.fn, self.in_axes, self.out_axes = fn, in_axes, out_axes
+        self.__name__ = f"vmap({getattr(fn, '__name__', type(fn).__name__)})"
+        try:
+            self.__signature__ = inspect.signature(fn)
+        except (TypeError, ValueError):
+            pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        axes = _in_axes(self.in_axes, len(args), self.__name__)
+        leaves, treedef = pytree.flatten((args, kwargs))
+        leaf_axes = [a for arg, axis in zip((*args, *kwargs.values()), (*axes, *[0] * len(kwargs)))
+                     for a in _per_leaf(arg, axis, self.__name__)]
+        size = _size(leaves, leaf_axes, self.__name__)
+        if all(_is_rolled(leaf) for leaf, a in zip(leaves, leaf_axes) if a is not None):
+            return self._rolled(leaves, leaf_axes, treedef, size)
+        return self._rows(leaves, leaf_axes, treedef, size)
+
+    def _rolled(self, leaves: list, leaf_axes: list, treedef: Any, size: int) -> Any:
+        """One call of fn on placeholders for a row, then the batch as an extra index."""
+        k = next(_fresh)
+        b = rolled.index(f"b#{k}", size)
+        mapped, row_leaves = {}, []
+        for n, (leaf, axis) in enumerate(zip(leaves, leaf_axes)):
+            if axis is None:
+                row_leaves.append(leaf)
+                continue
+            shape = tuple(d for i, d in enumerate(leaf.shape) if i != axis)
+            row = rolled.array(f"row{k}_{n}", shape) if shape else Var(f"row{k}_{n}")
+            mapped[row] = (leaf, axis)
+            row_leaves.append(row)
+        row_args, row_kwargs = pytree.unflatten(treedef, row_leaves)
+        out, out_tree = pytree.flatten(self.fn(*row_args, **row_kwargs))
+        out = [_rolled_output(o, self.__name__) for o in out]
+        results = batching.batch(out, mapped, b)
+        axes = _out_axes(self.out_axes, len(out), self.__name__)
+        placed = [_placed(e, axis, to, size, self.__name__) for (e, axis), to in zip(results, axes)]
+        return pytree.unflatten(out_tree, placed)
+
+    def _rows(self, leaves: list, leaf_axes: list, treedef: Any, size: int) -> Any:
+        """fn called on each row in turn (element-by-element traces), the results stacked."""
+        rows = []
+        for r in range(size):
+            row = [leaf if a is None else _take(leaf, r, a) for leaf, a in zip(leaves, leaf_axes)]
+            row_args, row_kwargs = pytree.unflatten(treedef, row)
+            rows.append(pytree.flatten(self.fn(*row_args, **row_kwargs)))
+        out_tree = rows[0][1]
+        if any(t != out_tree for _, t in rows):
+            raise ValueError(f"{self.__name__}: the function returned different structures for different rows")
+        axes = _out_axes(self.out_axes, len(rows[0][0]), self.__name__)
+        stacked = [_stack([r[0][n] for r in rows], axis, self.__name__) for n, axis in enumerate(axes)]
+        return pytree.unflatten(out_tree, stacked)
+
+
+def _is_rolled(leaf: Any) -> bool:
+    return isinstance(leaf, Expr) and leaf.op.array_valued
+
+
+def _in_axes(spec: Any, n: int, who: str) -> list:
+    if spec is None or isinstance(spec, int | np.integer):
+        return [spec] * n
+    if isinstance(spec, list):
+        spec = tuple(spec)
+    if not isinstance(spec, tuple) or len(spec) != n:
+        raise ValueError(f"{who}: in_axes must be an int, None or a tuple with one entry per positional "
+                         f"argument ({n}), got {spec!r}")
+    return list(spec)
+
+
+def _per_leaf(arg: Any, axis: Any, who: str) -> list:
+    """The axis of each leaf of one argument (a container's leaves all map along its entry)."""
+    if axis is not None and not isinstance(axis, int | np.integer):
+        raise ValueError(f"{who}: each in_axes entry must be an int or None, got {axis!r}")
+    return [None if axis is None else _axis(leaf, int(axis), who) for leaf in pytree.flatten(arg)[0]]
+
+
+def _axis(leaf: Any, axis: int, who: str) -> int:
+    ndim = len(_shape(leaf))
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{who}: cannot map over axis {axis} of an argument of shape {_shape(leaf)} "
+                         f"(rank {ndim}); give None in in_axes for arguments that are not mapped")
+    return axis % ndim
+
+
+def _shape(leaf: Any) -> tuple:
+    return leaf.shape if isinstance(leaf, Expr | np.ndarray) else np.shape(leaf)
+
+
+def _size(leaves: list, axes: list, who: str) -> int:
+    sizes = {_shape(leaf)[a] for leaf, a in zip(leaves, axes) if a is not None}
+    if not sizes:
+        raise ValueError(f"{who}: in_axes maps no argument (every entry is None)")
+    if len(sizes) > 1:
+        shapes = [(_shape(leaf), a) for leaf, a in zip(leaves, axes) if a is not None]
+        raise ValueError(f"{who}: the mapped axes have different sizes {sorted(sizes)}: "
+                         + ", ".join(f"axis {a} of shape {s}" for s, a in shapes))
+    return sizes.pop()
+
+
+def _out_axes(spec: Any, n: int, who: str) -> list:
+    if spec is None or isinstance(spec, int | np.integer):
+        return [spec] * n
+    axes = pytree.flatten(spec)[0] if not isinstance(spec, tuple | list) else list(spec)
+    if len(axes) != n:
+        raise ValueError(f"{who}: out_axes has {len(axes)} entries for {n} outputs")
+    return axes
+
+
+def _rolled_output(o: Any, who: str) -> Expr:
+    """An output of fn on a row as one expression."""
+    if isinstance(o, int | float | np.number):
+        return const(float(o))
+    if isinstance(o, np.ndarray) and o.ndim == 0:
+        return _rolled_output(o[()], who)
+    if not isinstance(o, Expr):  # (the trace then goes element by element: rows one at a time)
+        raise TypeError(f"{who}: the function returned an array built element by element")
+    return o
+
+
+def _placed(e: Expr, axis: int | None, out_axis: Any, size: int, who: str) -> Expr:
+    if out_axis is None:
+        if axis is not None:
+            raise ValueError(f"{who}: an output varies over the batch but its out_axes entry is None")
+        return e
+    ndim = len(e.shape) + (axis is None)
+    if not isinstance(out_axis, int | np.integer) or not -ndim <= out_axis < ndim:
+        raise ValueError(f"{who}: out_axes {out_axis} is out of range for an output of rank {ndim}")
+    return batching.place(e, axis, out_axis % ndim, size)
+
+
+def _take(leaf: Any, r: int, axis: int) -> Any:
+    if isinstance(leaf, np.ndarray) and leaf.dtype == object:
+        return wrap(np.take(leaf, r, axis=axis))
+    return leaf[(slice(None),) * axis + (r,)]
+
+
+def _stack(outs: list, axis: Any, who: str) -> Any:
+    if axis is None:
+        if any(o is not outs[0] and not np.array_equal(np.asarray(o, dtype=object),
+                                                       np.asarray(outs[0], dtype=object)) for o in outs):
+            raise ValueError(f"{who}: an output varies over the batch but its out_axes entry is None")
+        return outs[0]
+    if any(_is_rolled(o) for o in outs):
+        return np.stack(outs, axis=axis)
+    cells = [np.asarray(o, dtype=object) if not isinstance(o, Expr) else _cell(o) for o in outs]
+    return wrap(np.stack(cells, axis=axis))
+
+
+def _cell(e: Expr) -> np.ndarray:
+    out = np.empty((), dtype=object)
+    out[()] = e
+    return out
+

@@ -1,0 +1,131 @@
+"""sg.vmap against a Python loop over the rows, traced rolled (large batches: one extra index) and
+element by element (small ones: one call per row); composed with grad, jacobian and itself."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import symgrad as sg
+from symgrad import trace
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+RNG = np.random.default_rng(7)
+
+
+def loss(w, x, y):
+    return (np.tanh(x @ w) - y) ** 2
+
+
+def per_example_gradient(w, X, y):
+    t = np.tanh(X @ w)
+    return (2 * (t - y) * (1 - t ** 2))[:, None] * X
+
+
+def _loop(fn, in_axes, args):
+    n = next(np.shape(a)[ax] for a, ax in zip(args, in_axes) if ax is not None)
+    rows = [fn(*(a if ax is None else np.take(a, r, axis=ax) for a, ax in zip(args, in_axes))) for r in range(n)]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("n", [5, 150])  # element by element / rolled
+def test_vmap_equals_a_loop_and_composes_with_grad(n):
+    w, X, y = RNG.normal(size=3), RNG.normal(size=(n, 3)), RNG.normal(size=n)
+    f = sg.vmap(loss, in_axes=(None, 0, 0), backend="python")
+    np.testing.assert_allclose(f(w, X, y), _loop(loss, (None, 0, 0), (w, X, y)), rtol=1e-13)
+    assert f._last.indexed == (n > trace.ROLLED_MIN)
+    per = sg.vmap(sg.grad(loss), in_axes=(None, 0, 0), backend="python")
+    np.testing.assert_allclose(per(w, X, y), per_example_gradient(w, X, y), rtol=1e-12, atol=1e-14)
+    total = sg.value_and_grad(lambda w, X, y: np.sum(sg.vmap(loss, (None, 0, 0))(w, X, y)), backend="python")
+    value, g = total(w, X, y)
+    assert value == pytest.approx(_loop(loss, (None, 0, 0), (w, X, y)).sum(), rel=1e-12)
+    np.testing.assert_allclose(g, per_example_gradient(w, X, y).sum(0), rtol=1e-11, atol=1e-13)
+
+
+def test_vmap_per_example_gradients_on_compiled_backends():
+    w, X, y = RNG.normal(size=4), RNG.normal(size=(300, 4)), RNG.normal(size=300)
+    want = per_example_gradient(w, X, y)
+    for backend in ("numba", "vm"):
+        per = sg.vmap(sg.grad(loss), in_axes=(None, 0, 0), backend=backend)
+        np.testing.assert_allclose(per(w, X, y), want, rtol=1e-12, atol=1e-14)
+
+
+FUNCTIONS = {
+    "rosenbrock_rows": lambda v: np.sum(100 * (v[1:] - v[:-1] ** 2) ** 2 + (1 - v[:-1]) ** 2),
+    "elementwise": lambda v: np.sin(v) * v[0] + np.maximum(v, 0.1),
+    "slices": lambda v: v[::-2] * v[1::2][::-1] + v[-1],
+    "softmax": lambda v: np.exp(v - np.max(v)) / np.sum(np.exp(v - np.max(v))),
+    "matrix": lambda v: np.tanh(v.reshape(2, -1) @ v.reshape(-1, 2)).ravel(),
+}
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(name=st.sampled_from(sorted(FUNCTIONS)), rows=st.sampled_from([3, 40]), cols=st.sampled_from([2, 4, 6]),
+       in_axis=st.sampled_from([0, 1, -1]), out_axis=st.sampled_from([0, -1]))
+def test_vmap_over_axes_equals_a_loop(name, rows, cols, in_axis, out_axis):
+    fn = FUNCTIONS[name]
+    A = RNG.normal(size=(rows, cols) if in_axis == 0 else (cols, rows))
+    got = sg.vmap(fn, in_axes=in_axis, out_axes=out_axis, backend="python")(A)
+    want = _loop(fn, (in_axis,), (A,))
+    np.testing.assert_allclose(got, np.moveaxis(want, 0, out_axis) if want.ndim > 1 else want, rtol=1e-12)
+
+
+def test_nested_vmap_and_jacobian_of_vmap():
+    A = RNG.normal(size=(7, 20, 3))
+    f = sg.vmap(sg.vmap(lambda v: np.sum(np.sin(v) * v)), backend="python")
+    np.testing.assert_allclose(f(A), np.sum(np.sin(A) * A, axis=-1), rtol=1e-13)
+    assert f._last.indexed
+    g = lambda x: np.tanh(x) * x[0]  # noqa: E731
+    J = sg.jacobian(sg.vmap(g), backend="python")(A[0])
+    x = A[0]
+    want = np.zeros((20, 3, 20, 3))
+    for r in range(20):
+        want[r, :, r, :] = np.diag(1 - np.tanh(x[r]) ** 2) * x[r, 0]
+        want[r, :, r, 0] += np.tanh(x[r])
+    np.testing.assert_allclose(J, want, rtol=1e-12, atol=1e-15)
+
+
+def test_out_axes_none_keywords_and_tuples():
+    w, X = RNG.normal(size=3), RNG.normal(size=(90, 3))
+    f = sg.vmap(lambda w, x: (np.dot(w, x), w * 2.0), in_axes=(None, 0), out_axes=(0, None), backend="python")
+    out, same = f(w, X)
+    np.testing.assert_allclose(out, X @ w, rtol=1e-13)
+    np.testing.assert_allclose(same, w * 2.0)
+    k = sg.vmap(lambda x, scale: x * scale, in_axes=(0,), backend="python")  # keywords map along 0
+    np.testing.assert_allclose(k(X, scale=np.arange(90.0)), X * np.arange(90.0)[:, None])
+    d = sg.vmap(lambda p: p["a"] * p["b"], in_axes=(0,), backend="python")  # a container maps every leaf
+    np.testing.assert_allclose(d({"a": X, "b": X}), X * X)
+
+
+def test_vmap_traces_once_per_shape():
+    f = sg.vmap(lambda x: np.sum(x ** 2), backend="python")
+    f(RNG.normal(size=(80, 3)))
+    f(RNG.normal(size=(80, 3)))
+    assert len(f._traces) == 1
+    f(RNG.normal(size=(81, 3)))
+    assert len(f._traces) == 2
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda A: sg.vmap(np.sin, in_axes=(0, 0))(A), "one entry per positional argument"),
+    (lambda A: sg.vmap(lambda a, b: a + b)(A, A[:5]), "different sizes"),
+    (lambda A: sg.vmap(np.sin, in_axes=None)(A), "maps no argument"),
+    (lambda A: sg.vmap(lambda a: a, in_axes=3)(A), r"axis 3 of an argument of shape \(80, 3\)"),
+    (lambda A: sg.vmap(lambda a: a, in_axes=((0,),))(A), "must be an int or None"),
+    (lambda A: sg.vmap(lambda a: a, out_axes=None)(A), "out_axes entry is None"),
+    (lambda A: sg.vmap(lambda a: a, out_axes=5)(A), "out_axes 5 is out of range"),
+    (lambda A: sg.vmap(lambda a: a)(2.0), "rank 0"),
+])
+def test_vmap_errors_name_the_problem(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(RNG.normal(size=(80, 3)))
+
+
+def test_grad_inside_a_rolled_trace():
+    """A transform called inside another's rolled trace traces its function on rolled arrays too."""
+    x = np.linspace(0.0, 1.0, 100)
+    g = sg.grad(lambda x: np.sum(np.sin(x) * x), backend="python")
+    h = sg.grad(lambda x: np.sum(g(x) ** 2), backend="python")
+    d = np.sin(x) + x * np.cos(x)
+    np.testing.assert_allclose(h(x), 2 * d * (2 * np.cos(x) - x * np.sin(x)), rtol=1e-12, atol=1e-15)
+    assert h._last.indexed
