@@ -47,13 +47,20 @@ def vmap(fn: Any, in_axes: Any = 0, out_axes: Any = 0, *, backend: str = "auto")
     """
     if not callable(fn):
         raise TypeError(f"sg.vmap: expected a function, got {type(fn).__name__}")
-    return Function(_Batched(fn, in_axes, out_axes), "jit", backend=backend)
+    return Function(Batched(fn, in_axes, out_axes), "jit", backend=backend)
 
 
-class _Batched:
-    """The batched function vmap compiles: called on symbolic arguments (inside a trace)."""
+class Batched:
+    """The batched function vmap compiles, called on symbolic arguments (inside a trace);
+    ``Function.sum`` sums one over the data rows.
 
-    def __init__(self, fn: Any, in_axes: Any, out_axes: Any) -> None:
+    >>> import symgrad as sg
+    >>> x = sg.array("X", (4, 3))
+    >>> Batched(lambda row: row[0] * row[2])(x).shape
+    (4,)
+    """
+
+    def __init__(self, fn: Any, in_axes: Any = 0, out_axes: Any = 0) -> None:
         self.fn, self.in_axes, self.out_axes = fn, in_axes, out_axes
         self.__name__ = f"vmap({getattr(fn, '__name__', type(fn).__name__)})"
         try:

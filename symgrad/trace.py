@@ -29,6 +29,7 @@ import functools
 import inspect
 import itertools
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,7 @@ MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped f
 # (sg.array), under these transforms; smaller problems element by element (straight-line code is
 # the faster at that size).
 ROLLED_MIN = 64
+NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one warning)
 _INDEXED_TRANSFORMS = ("jit", "grad", "value_and_grad", "hvp", "jacobian", "hessian")
 _SCALAR_OUT = ("grad", "value_and_grad", "hessian", "hvp")
 _EXTRA = {"hvp": "v", "jvp": "tangents", "vjp": "cotangent"}  # transforms taking a vector besides fn's arguments
@@ -506,6 +508,8 @@ class Function:
         self.static_argnames = frozenset(names)
         self._traces: OrderedDict = OrderedDict()
         self._last: Trace | None = None
+        self._fallback = True  # element by element where the rolled trace fails (False: raise)
+        self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
         functools.update_wrapper(self, fn, updated=())  # not fn.__dict__: a Function inside keeps its own
         self.__name__ = getattr(fn, "__name__", None) or _describe(fn)
         self._who = f"sg.{transform}({self.__name__})"
@@ -568,12 +572,22 @@ class Function:
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
         """Array arguments as rolled arrays where the transform takes them; where fn does something
         that has no rolled form, element by element (object arrays of variables), as before."""
-        if self.transform in _INDEXED_TRANSFORMS and not self.sparse and self._large(args, kwargs):
+        if self.transform in _INDEXED_TRANSFORMS and not self.sparse and (self._large(args, kwargs) or
+                                                                          not self._fallback):
             try:
                 return Trace(self, args, kwargs, indexed=True)
-            except (TracingError, NotImplementedError, TypeError):
-                pass
+            except (TracingError, NotImplementedError, TypeError) as e:
+                if not self._fallback:
+                    raise
+                self._note(e, args, kwargs)
         return Trace(self, args, kwargs)
+
+    def _note(self, reason: Exception, args: tuple, kwargs: dict) -> None:
+        """One line where a large trace goes element by element (slow at that size), naming why."""
+        n = sum(np.size(leaf) for leaf in pytree.flatten((args, kwargs))[0] if not isinstance(leaf, str))
+        if n >= NOTE_MIN:
+            warnings.warn(f"{self._who}: {str(reason).splitlines()[0]}; tracing its {n} array elements one by "
+                          "one instead (slow at this size)", stacklevel=5)
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of
@@ -614,8 +628,12 @@ class Function:
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:
         """The sum over data rows: every traced argument not differentiated (not in ``argnums``)
-        carries a leading axis of N rows, one sample each; ``fn`` is traced for one row and
-        the compiled kernel adds up values and gradients over the rows in parallel.
+        carries a leading axis of N rows, one sample each, and ``fn`` is written for one row.
+
+        It is ``sg.value_and_grad(lambda w, *data: np.sum(sg.vmap(fn, in_axes)(w, *data)))``: the
+        rows are one more index of the rolled expressions (matrix products over the batch where
+        fn multiplies a row by a matrix). Where fn has no rolled form, fn is traced for one row
+        and the compiled kernel adds up values and gradients over the rows in parallel.
 
         >>> import numpy as np, symgrad as sg
         >>> vg = sg.value_and_grad(lambda w, t, y: (w[0] * t + w[1] - y) ** 2, backend="vm")
@@ -632,12 +650,38 @@ class Function:
         if not data or any(c != counts[data[0]] for c in counts.values()) or counts[data[0]] == ():
             raise ValueError("sum: the data arguments (those not in argnums) need a leading axis of the same "
                              f"number of rows, got shapes {[np.shape(pick(k)) for k in data]}")
+        if not self.has_aux:
+            try:
+                return self._summed(len(args), argnums)(*args, **kwargs)
+            except (TracingError, NotImplementedError, TypeError):
+                pass  # no rolled form: one row traced, the kernel loops over the rows
         one_row = lambda key, value: np.asarray(value)[0] if key in counts else value
         t = self.trace(*(one_row(i, a) for i, a in enumerate(args)),
                        **{k: one_row(k, v) for k, v in kwargs.items()})
         n = counts[data[0]][0]
         P = np.hstack([np.reshape(pick(key), (n, -1)) for key in t.data_keys]).astype(float, copy=False)
         return t.assemble(t.compiled.sum(t._pack(t.wrt_keys, args, kwargs), P))
+
+    def _summed(self, n_args: int, argnums: set) -> Function:
+        """The same transform of ``np.sum(vmap(fn)(...))`` over the data rows, traced rolled only."""
+        key = (n_args, tuple(sorted(argnums)))
+        if self._sums.get(key) is None:
+            from symgrad.batched import Batched  # (batched.py builds on this module)
+
+            in_axes = tuple(None if i in argnums or i in self.static_argnums else 0 for i in range(n_args))
+            static = self.static_argnames
+
+            def total(*a: Any, **k: Any) -> Any:
+                fixed = {name: v for name, v in k.items() if name in static}
+                row = functools.partial(self.fn, **fixed) if fixed else self.fn
+                mapped = {name: v for name, v in k.items() if name not in static}
+                return np.sum(Batched(row, in_axes)(*a, **mapped))
+
+            f = Function(total, self.transform, self.argnums_spec, tuple(self.static_argnums), tuple(static),
+                         backend=self.backend)
+            f._fallback = False
+            self._sums[key] = f
+        return self._sums[key]
 
     def _latest(self) -> Trace:
         if self._last is None:

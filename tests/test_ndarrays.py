@@ -48,6 +48,19 @@ PROGRAMS = {
     + np.sum(x.reshape(8, 10)[:, [9, 0, 0]][:3] * x.reshape(8, 10)[[1, 7, 3]].T[:3])
     + np.sum(np.tensordot(x[:24].reshape(2, 3, 4), x[24:48].reshape(3, 4, 2)) ** 2)
     + np.sum(np.tensordot(x[:12].reshape(3, 4), x[12:24].reshape(4, 3), axes=([1, 0], [0, 1]))),
+    "split": lambda x: sum(np.sum(p ** 2 * (i + 1)) for i, p in enumerate(np.split(x, [10, 50])))
+    + np.sum(np.array_split(x, 3)[2]) + np.sum(np.split(x.reshape(8, 10), 2, axis=1)[1] ** 3),
+    "move_axes": lambda x: np.sum(np.moveaxis(x.reshape(4, 5, 4), 0, -1)[1]
+                                  * np.swapaxes(x.reshape(4, 4, 5), 0, 2)[1])
+    + np.sum(np.squeeze(x.reshape(1, 80, 1)) * x) + x.reshape(8, 10).swapaxes(0, 1)[3, 2]
+    + np.sum(x.reshape(2, 1, 40).squeeze(1) ** 2),
+    "pad": lambda x: np.sum(np.pad(x.reshape(8, 10), ((1, 2), (0, 3)), constant_values=0.5) ** 2
+                            * np.pad(x.reshape(8, 10), ((2, 1), (3, 0)), mode="wrap"))
+    + np.sum(np.pad(x, 2) * 3.0),
+    "norm": lambda x: np.linalg.norm(x) + np.sum(np.linalg.norm(x.reshape(8, 10), axis=1)) + np.linalg.norm(x, 1)
+    + np.linalg.norm(x, np.inf) + np.linalg.norm(x, 3) + np.linalg.norm(x.reshape(8, 10), keepdims=True)[0, 0],
+    "prod": lambda x: np.sum(np.prod(x.reshape(8, 10)[:, :4], axis=1))
+    + np.sum(x.reshape(20, 4).prod(axis=1, keepdims=True) * x[:20, None]) + np.prod(x[:5]) + np.prod(x[7:8] * 2.0),
 }
 
 

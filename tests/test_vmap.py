@@ -129,3 +129,37 @@ def test_grad_inside_a_rolled_trace():
     d = np.sin(x) + x * np.cos(x)
     np.testing.assert_allclose(h(x), 2 * d * (2 * np.cos(x) - x * np.sin(x)), rtol=1e-12, atol=1e-15)
     assert h._last.indexed
+
+
+def test_function_sum_is_a_rolled_sum_over_the_rows(monkeypatch):
+    """Function.sum over data rows is value_and_grad of np.sum(vmap(fn)): rolled (one extra index) for
+    large data, the per-row kernel where fn has no rolled form; the same numbers either way."""
+    w, X, y = RNG.normal(size=3), RNG.normal(size=(500, 3)), RNG.normal(size=500)
+    vg = sg.value_and_grad(loss, backend="python")
+    value, g = vg.sum(w, X, y)
+    assert value == pytest.approx(_loop(loss, (None, 0, 0), (w, X, y)).sum(), rel=1e-12)
+    np.testing.assert_allclose(g, per_example_gradient(w, X, y).sum(0), rtol=1e-11)
+    summed = next(iter(vg._sums.values()))
+    assert summed._last.indexed and not vg._traces  # rolled; fn was never traced for one row
+    cumulative = lambda w, x, y: (np.cumsum(x * w)[-1] - y) ** 2  # noqa: E731 - no rolled form
+    vg2 = sg.value_and_grad(cumulative, backend="python")
+    value2, g2 = vg2.sum(w, X, y)
+    assert value2 == pytest.approx(np.sum((X @ w - y) ** 2), rel=1e-12)
+    np.testing.assert_allclose(g2, (2 * (X @ w - y)) @ X, rtol=1e-11)
+    assert len(vg2._traces) == 1  # the per-row kernel
+
+
+def test_a_large_trace_without_rolled_form_says_so(monkeypatch):
+    monkeypatch.setattr(trace, "NOTE_MIN", 100)
+    with pytest.warns(UserWarning, match=r"np.cumsum.*tracing its 200 array elements one by one"):
+        sg.jit(lambda x: np.cumsum(x), backend="python")(np.ones(200))
+
+
+def test_long_loop_programs_run_on_the_vm_under_auto(monkeypatch):
+    from symgrad.compile import function
+
+    monkeypatch.setattr(function, "AUTO_LOOP_LINES", 10)
+    vg = sg.value_and_grad(lambda x: np.sum(np.tanh(x[1:] * x[:-1])))
+    x = RNG.normal(size=100)
+    np.testing.assert_allclose(vg(x)[0], np.sum(np.tanh(x[1:] * x[:-1])), rtol=1e-13)
+    assert vg.compiled.backend == "vm"

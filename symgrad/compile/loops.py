@@ -29,7 +29,16 @@ from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import costly, fresh_index, reduce, shape_of, substitute_indices, tensor, value_range
+from symgrad.expr.rolled import (
+    by_name,
+    costly,
+    fresh_index,
+    reduce,
+    shape_of,
+    substitute_indices,
+    tensor,
+    value_range,
+)
 from symgrad.expr.traverse import topo_order
 
 _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
@@ -344,7 +353,7 @@ def _axes(order: list[Expr]) -> Callable[[Expr], tuple]:
             for n in _body(t):
                 if n.free and n.free <= set(t.args[1:]):
                     found.setdefault(n, tuple(i for i in t.args[1:] if i in n.free))
-    return lambda node: found.get(node) or tuple(sorted(node.free, key=str))
+    return lambda node: found.get(node) or tuple(by_name(node.free))
 
 
 def _product(s: Expr, axes: tuple) -> Expr | None:

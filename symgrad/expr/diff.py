@@ -80,12 +80,13 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
     never summed, and each derivative comes back as a tensor over them."""
     adj: dict[Expr, Expr] = {out: _ONE} if order else {}
     sites: dict[Expr, list] = {}  # array node -> [(load node, adjoint of the load)]
+    tidied: dict[Expr, Expr] = {}  # the gathers' rolled.tidy results (adjoints share most of their parts)
     for k, node in enumerate(reversed(order)):
         if not k % CHUNK:
             update(min(CHUNK, len(order) - k))
         name = node.op.name
         if node.op.array_valued:
-            _array_adjoint(node, sites.pop(node, []), adj, outer)
+            _array_adjoint(node, sites.pop(node, []), adj, outer, tidied)
             continue
         g = adj.get(node) if name == "var" else adj.pop(node, None)
         if g is None:
@@ -110,22 +111,23 @@ def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
     """Add ``contrib`` to ``arg``'s adjoint, summed over the indices of ``scope`` (where its user, or
     the body of a reduction, varies, a Jacobian's rows left out) that ``arg`` does not vary over:
     it is the same value at each."""
-    for index in sorted(scope - arg.free, key=str):
+    for index in rolled.by_name(scope - arg.free):
         contrib = rolled.reduce("sum", contrib, index)
     adj[arg] = contrib if arg not in adj else adj[arg] + contrib
 
 
-def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple) -> None:
+def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict) -> None:
     """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body at its
     indices, a scatter's to its body at its addresses (tables are constants: nothing)."""
     if node.op.name == "array":
         if sites:
-            adj[node] = rolled.gather_adjoint(node, sites, outer)
+            adj[node] = rolled.gather_adjoint(node, sites, outer, tidied)
     elif sites and node.op.name == "tensor":
-        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:], outer), frozenset(node.args[1:]))
+        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:], outer, tidied),
+                    frozenset(node.args[1:]))
     elif sites and node.op.name == "scatter":  # its body at I went to position address(I)
         k = node.payload[1]
-        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer),
+        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer, tidied),
                     frozenset(node.args[1 + k:]))
 
 

@@ -129,3 +129,7 @@ Expr.transpose = lambda self, *axes: ndarrays.transpose(self, axes[0] if len(axe
 Expr.reshape = lambda self, *shape: ndarrays.reshape(self, shape[0] if len(shape) == 1 else shape)
 Expr.ravel = Expr.flatten = lambda self: ndarrays.reshape(self, -1)
 Expr.dot = lambda self, other: ndarrays.array_function(np.dot, (self, other), {})
+Expr.swapaxes = lambda self, i, j: ndarrays.moveaxis(self, [i, j], [j, i])
+Expr.squeeze = lambda self, axis=None: ndarrays.squeeze(self, axis)
+Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False: ndarrays.prod(
+    self, axis, keepdims=keepdims)

@@ -456,6 +456,139 @@ def take(a: Expr, key: tuple) -> Expr:
     return rolled.tensor(element(a, tuple(addresses)), *out)
 
 
+def split(a: Expr, indices_or_sections: Any, axis: int = 0, even: bool = True) -> list[Expr]:
+    """``np.split`` / ``np.array_split`` (``even=False``): slices along ``axis``.
+
+    >>> import symgrad as sg
+    >>> [p.shape for p in split(sg.array("x", 10), [3, 8])]
+    [(3,), (5,), (2,)]
+    """
+    axis = int(axis) % a.ndim
+    n = a.shape[axis]
+    if isinstance(indices_or_sections, int | np.integer):
+        k = int(indices_or_sections)
+        if k < 1 or even and n % k:
+            raise ValueError(f"array split does not result in an equal division: {n} into {k}")
+        cuts = [i * (n // k) + min(i, n % k) for i in range(1, k)]
+    else:
+        cuts = [int(c) for c in indices_or_sections]
+    bounds = zip([0, *cuts], [*cuts, n])
+    return [getitem(a, (slice(None),) * axis + (slice(lo, hi),)) for lo, hi in bounds]
+
+
+def moveaxis(a: Expr, source: Any, destination: Any) -> Expr:
+    """``np.moveaxis`` (and ``np.swapaxes`` through it): a transpose.
+
+    >>> import symgrad as sg
+    >>> moveaxis(sg.array("A", (2, 3, 4)), 0, -1).shape
+    (3, 4, 2)
+    """
+    src = [int(s) % a.ndim for s in np.atleast_1d(source)]
+    dst = [int(d) % a.ndim for d in np.atleast_1d(destination)]
+    order = [d for d in range(a.ndim) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+def squeeze(a: Expr, axis: Any = None) -> Expr:
+    """``np.squeeze``: the size-1 axes (or those named) dropped.
+
+    >>> import symgrad as sg
+    >>> squeeze(sg.array("A", (1, 3, 1))).shape
+    (3,)
+    """
+    axes = {d for d in range(a.ndim) if a.shape[d] == 1} if axis is None else _axes(axis, a.ndim)
+    if any(a.shape[d] != 1 for d in axes):
+        raise ValueError(f"cannot select an axis to squeeze out which has size not equal to one (shape {a.shape})")
+    shape = tuple(d for i, d in enumerate(a.shape) if i not in axes)
+    return reshape(a, shape) if shape else element(a, (const(0.0),) * a.ndim)
+
+
+def pad(a: Expr, pad_width: Any, mode: str = "constant", constant_values: Any = 0.0) -> Expr:
+    """``np.pad`` in modes ``constant`` (one value) and ``wrap``: each element read where it
+    falls in ``a``, or the constant.
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 3)
+    >>> sg.evaluate(pad(x, (1, 2)), {x: [1, 2, 3]})
+    array([0., 1., 2., 3., 0., 0.])
+    """
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=int), (a.ndim, 2))
+    if mode not in ("constant", "wrap") or np.ndim(constant_values) or (widths < 0).any():
+        raise TracingError(f"np.pad(mode={mode!r}, constant_values={constant_values!r}) of a traced array has no "
+                           "rolled form (modes constant, with one value, and wrap have)")
+    J = fresh(tuple(n + lo + hi for n, (lo, hi) in zip(a.shape, widths.tolist())))
+    inside, address = [], []
+    for j, n, (lo, hi) in zip(J, a.shape, widths.tolist()):
+        at = j - lo if lo else j
+        address.append(rolled.canonical(at % n) if mode == "wrap" and (lo or hi) else at)
+        if mode == "constant" and lo:
+            inside.append(j >= float(lo))
+        if mode == "constant" and hi:
+            inside.append(j <= float(lo + n - 1))
+    value = element(a, tuple(address)) if not inside else rolled.subscript(a, tuple(address), guarded=True)
+    for condition in inside:
+        value = apply(ops.OPS["where"], (condition, value, float(constant_values)))
+    return rolled.tensor(rolled.tidy(value), *J)
+
+
+def norm(x: Expr, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
+    """``np.linalg.norm`` of vectors (``ord`` None/2, 1, inf, -inf, p) and the Frobenius norm of
+    matrices (``ord`` None or "fro").
+
+    >>> import symgrad as sg
+    >>> x = sg.array("x", 2)
+    >>> float(sg.evaluate(norm(x), {x: [3, 4]}))
+    5.0
+    """
+    vector = axis is not None and np.ndim(axis) == 0 or axis is None and x.ndim == 1
+    absolute = elementwise(lambda v: apply(ops.OPS["abs"], (v,)), (x,))
+    if ord in (None, 2, "fro") and (vector or ord != 2):
+        return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)),
+                           (reduce("sum", elementwise(lambda v: v * v, (x,)), axis, keepdims),))
+    if not vector:
+        raise TracingError(f"np.linalg.norm(ord={ord!r}) of a matrix has no rolled form")
+    if ord in (np.inf, -np.inf):
+        return reduce("max" if ord > 0 else "min", absolute, axis, keepdims)
+    if ord == 1:
+        return reduce("sum", absolute, axis, keepdims)
+    if isinstance(ord, int | float) and ord > 0:
+        power = reduce("sum", elementwise(lambda v: v ** float(ord), (absolute,)), axis, keepdims)
+        return elementwise(lambda v: v ** (1.0 / ord), (power,))
+    raise TracingError(f"np.linalg.norm(ord={ord!r}) of a traced array has no rolled form")
+
+
+PROD_MAX = 16  # np.prod multiplies out axes up to this size (a product has no rolled reduction)
+
+
+def prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **rest: Any) -> Any:
+    """``np.prod`` over axes of at most ``PROD_MAX`` elements, multiplied out (exact derivatives at zeros).
+
+    >>> import symgrad as sg
+    >>> A = sg.array("A", (2, 3))
+    >>> sg.evaluate(prod(A, axis=1), {A: [[1, 2, 3], [4, 5, 6]]})
+    array([  6., 120.])
+    """
+    if not is_array(a):
+        return a
+    axes = sorted(_axes(axis, a.ndim))
+    if math.prod(a.shape[d] for d in axes) > PROD_MAX:
+        raise TracingError(f"np.prod over {math.prod(a.shape[d] for d in axes)} elements (more than {PROD_MAX}) "
+                           "has no rolled form")
+    moved = moveaxis(a, axes, list(range(len(axes)))) if axes != list(range(len(axes))) else a
+    rest_shape = moved.shape[len(axes):]
+    flat = reshape(moved, (math.prod(moved.shape[:len(axes)]), *rest_shape)) if len(axes) != 1 else moved
+    parts = [getitem(flat, (k,)) for k in range(flat.shape[0])]
+    total = parts[0]
+    for p in parts[1:]:
+        total = elementwise(lambda u, v: u * v, (total, p))
+    if keepdims:
+        shape = tuple(1 if d in axes else n for d, n in enumerate(a.shape))
+        return reshape(total, shape) if is_array(total) else rolled.tensor(total, *fresh(shape))
+    return total
+
+
 FUNCTIONS: dict[Any, Any] = {
     np.sum: _reducer("sum"), np.max: _reducer("max"), np.amax: _reducer("max"), np.min: _reducer("min"),
     np.amin: _reducer("min"), np.mean: _mean, np.dot: _dot, np.matmul: matmul,
@@ -469,6 +602,9 @@ FUNCTIONS: dict[Any, Any] = {
     np.inner: lambda a, b: einsum("i,i->", a, b) if a.ndim == b.ndim == 1 else _no_form("np.inner"),
     np.hstack: lambda arrays, **kw: concatenate(arrays, 0 if list(arrays)[0].ndim == 1 else 1),
     np.vstack: lambda arrays, **kw: concatenate([a if a.ndim > 1 else reshape(a, (1, a.size)) for a in arrays], 0),
+    np.split: split, np.array_split: lambda a, sections, axis=0: split(a, sections, axis, even=False),
+    np.moveaxis: moveaxis, np.swapaxes: lambda a, i, j: moveaxis(a, [i, j], [j, i]), np.squeeze: squeeze,
+    np.pad: pad, np.linalg.norm: norm, np.prod: prod,
     np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
                                             a.shape[int(axis) % (a.ndim + 1):]),
 }

@@ -293,26 +293,38 @@ def fresh_indices(x: Expr) -> tuple:
     return tuple(index(f"{name}#{next(_FRESH)}", n) for n in shape_of(x))
 
 
+def by_name(indices: Any) -> list[Expr]:
+    """Index symbols in one order, by name and size (not by their printed form: derivatives'
+    indices all print alike, and printing costs more than the sort).
+
+    >>> by_name({index("j", 2), index("i", 3)})
+    [i, j]
+    """
+    return sorted(indices, key=lambda i: i.payload)
+
+
 def fresh_index(i: Expr) -> Expr:
     """A new index symbol over the same range as ``i`` (named ``i#7``: no user index is)."""
     return index(f"{i.payload[0].split('#')[0]}#{next(_FRESH)}", i.payload[1])
 
 
-def gather_adjoint(x: Expr, sites: list, outer: tuple = ()) -> Expr:
+def gather_adjoint(x: Expr, sites: list, outer: tuple = (), memo: dict | None = None) -> Expr:
     """The adjoint of the input array ``x`` from its loads' adjoints: a tensor over fresh indices
     (over ``outer`` first, when the adjoints vary over a Jacobian's output indices)."""
     targets = fresh_indices(x)
-    return tensor(gather(x, sites, targets, outer), *outer, *targets)
+    return tensor(gather(x, sites, targets, outer, memo), *outer, *targets)
 
 
-def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = ()) -> Expr:
+def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict | None = None) -> Expr:
     """The adjoint of ``arr`` at position ``targets``: the sum over its loads ``(arr[a(I)], w(I))`` of
     the w(I) with a(I) == targets. Each site is inverted (Halide's scatter-to-gather: one formula,
     guarded by where its solution lies in range) where ``solve`` can, and scattered otherwise.
-    The ``outer`` indices (a Jacobian's rows) are fixed: never solved for, never summed."""
+    The ``outer`` indices (a Jacobian's rows) are fixed: never solved for, never summed.
+    ``memo``: as for ``tidy``, shared by the gathers of one reverse sweep."""
+    memo = {} if memo is None else memo
     total = None
     for load, w in sites:
-        term = _inverted(load, w, targets, outer)
+        term = _inverted(load, w, targets, outer, memo)
         if term is None:
             if outer:
                 raise NotImplementedError(f"a Jacobian through the gather {load} (a table or a map that cannot be "
@@ -322,7 +334,7 @@ def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = ()) -> Expr:
     return total
 
 
-def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple = ()) -> Expr | None:
+def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> Expr | None:
     solved: dict[Expr, Expr] = {o: o for o in outer}
     guards: list[Expr] = []
     for address, target in zip(load.args[1:], targets):
@@ -338,15 +350,15 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple = ()) -> Expr | 
         i, value, conditions = step
         solved[i] = value
         guards += conditions
-    term = tidy(_at(w, load, solved))
+    term = tidy(_at(w, load, solved), memo)
     for condition in reversed(guards):
-        condition = tidy(condition)
+        condition = tidy(condition, memo)
         settled = _settled(condition)
         if settled is False:
             return intern(ops.OPS["const"], (), 0.0)
         if settled is None:
             term = ops.where(condition, term, 0.0)
-    for i in sorted(load.free.difference(solved), key=str):  # indices no address pins down: summed
+    for i in by_name(load.free.difference(solved)):  # indices no address pins down: summed
         term = reduce("sum", term, i)
     return term
 
@@ -358,7 +370,7 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read."""
     # Over what w varies over (not broadcast along the load's other indices), in the order the
     # addresses name them: the adjoint of x[r, c] is then that tensor itself.
-    order = [*(i for a in load.args[1:] for i in sorted(a.free, key=str)), *sorted(w.free, key=str)]
+    order = [*(i for a in load.args[1:] for i in by_name(a.free)), *by_name(w.free)]
     indices = tuple(i for i in dict.fromkeys(order) if i in w.free)  # (w may vary over a Jacobian's rows)
     if not indices or not any(costly(n) for n in topo_order([w])):
         return substitute_indices(w, solved)
@@ -444,7 +456,7 @@ def canonical(e: Expr) -> Expr:
         return e
     terms, offset = form
     out = None
-    for i in sorted(terms, key=str):
+    for i in by_name(terms):
         c = terms[i]
         term = i if abs(c) == 1 else abs(c) * i
         out = (term if c > 0 else -term) if out is None else out + term if c > 0 else out - term
@@ -453,27 +465,45 @@ def canonical(e: Expr) -> Expr:
     return out + offset if offset > 0 else out - (-offset) if offset < 0 else out
 
 
-def tidy(e: Expr) -> Expr:
+def tidy(e: Expr, memo: dict | None = None) -> Expr:
     """``e`` rebuilt once, bottom up, with every load's address and every comparison's sides in
     canonical form, and each load whose address can leave its array marked guarded (subscript).
+
+    ``memo`` (node -> tidied node) is shared by callers that tidy many expressions sharing parts,
+    such as one reverse sweep: the walk stops at nodes tidied before.
 
     >>> x, i = array("x", 3), index("i", 3)
     >>> tidy(ops.where(i - 1 + 1 >= 1, subscript(x, i - 1, guarded=True), 0.0))
     where(i >= 1, x[i - 1], 0)
     """
-    new: dict[Expr, Expr] = {}
-    for node in topo_order([e]):
-        args, payload = tuple(new.get(a, a) for a in node.args), node.payload
-        if node.op.name == "load":
-            args = (args[0], *(canonical(a) if a.free else a for a in args[1:]))
-            if payload is None and any(not 0 <= lo <= hi < n for (lo, hi), n in
-                                       zip(map(value_range, args[1:]), args[0].shape)):
-                payload = "guarded"
-        elif node.op.name in ("ge", "le", "eq"):
-            args = tuple(canonical(a) if a.free else a for a in args)
-        if payload is not node.payload or any(a is not b for a, b in zip(args, node.args)):
-            new[node] = apply(node.op, args, payload)
-    return new.get(e, e)
+    new = {} if memo is None else memo
+    stack = [e]
+    while stack:  # iterative post-order, not into nodes already done
+        node = stack[-1]
+        if node in new:
+            stack.pop()
+            continue
+        pending = [a for a in node.args if a not in new]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        new[node] = _tidied(node, tuple(new[a] for a in node.args))
+    return new[e]
+
+
+def _tidied(node: Expr, args: tuple) -> Expr:
+    payload = node.payload
+    if node.op.name == "load":
+        args = (args[0], *(canonical(a) if a.free else a for a in args[1:]))
+        if payload is None and any(not 0 <= lo <= hi < n for (lo, hi), n in
+                                   zip(map(value_range, args[1:]), args[0].shape)):
+            payload = "guarded"
+    elif node.op.name in ("ge", "le", "eq"):
+        args = tuple(canonical(a) if a.free else a for a in args)
+    if payload is not node.payload or any(a is not b for a, b in zip(args, node.args)):
+        return apply(node.op, args, payload)
+    return node
 
 
 def _settled(condition: Expr) -> bool | None:
@@ -495,7 +525,7 @@ def _settled(condition: Expr) -> bool | None:
 
 def _scatter(arr: Expr, load: Expr, w: Expr) -> Expr:
     """sum over the load's indices of w into position a(I): for addresses solve cannot invert."""
-    return scatter(w, load.args[1:], tuple(sorted(load.free, key=str)), shape_of(arr))
+    return scatter(w, load.args[1:], tuple(by_name(load.free)), shape_of(arr))
 
 
 def scatter(body: Expr, addresses: tuple, indices: tuple, shape: tuple) -> Expr:
