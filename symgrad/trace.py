@@ -49,13 +49,10 @@ from symgrad.expr.traverse import as_expr_list, substitute
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
 # Where an array argument has at least this many elements, array arguments trace as rolled arrays
-# (sg.array), under these transforms; smaller problems element by element (straight-line code is
-# the faster at that size).
+# (sg.array), under the transforms that take them; smaller problems element by element
+# (straight-line code is the faster at that size).
 ROLLED_MIN = 64
 NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one warning)
-_INDEXED_TRANSFORMS = ("jit", "grad", "value_and_grad", "hvp", "jacobian", "hessian")
-_SCALAR_OUT = ("grad", "value_and_grad", "hessian", "hvp")
-_EXTRA = {"hvp": "v", "jvp": "tangents", "vjp": "cotangent"}  # transforms taking a vector besides fn's arguments
 _F64 = np.dtype(np.float64)
 _SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
 _fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
@@ -211,7 +208,7 @@ class Trace:
         # The differentiated arguments as one tree: an int argnums is that argument, a tuple a tuple of them.
         self.wrt_shapes = [sh for s in wrt for sh in s.shapes]
         self.wrt_dtypes = [dt for s in wrt for dt in s.dtypes]
-        single = isinstance(owner.argnums_spec, int) and owner.transform not in ("jvp", "vjp")
+        single = isinstance(owner.argnums_spec, int) and owner.rule.wrt == "argnums"
         self.wrt_tree = wrt[0].treedef if single and wrt else (tuple, tuple(s.treedef for s in wrt))
         _tracing.depth += 1
         try:
@@ -253,69 +250,31 @@ class Trace:
 
     def _extra_variables(self, tag: str) -> list[Expr]:
         """The vector a transform takes besides fn's arguments: v (hvp), tangents (jvp), cotangents (vjp)."""
-        t = self.owner.transform
-        if t in ("hvp", "jvp"):
+        like = self.owner.rule.extra_like
+        if like == "wrt":
             return [_tangent_of(v) for v in self.inputs]
-        if t == "vjp":
-            return [Var(f"ct{tag}[{i}]") for i in range(sum(len(e) for e, _ in self.outputs))]
+        if like == "output":  # a cotangent per output element (per rolled output, an array)
+            names = (f"ct{tag}[{i}]" for i in itertools.count())
+            return [rolled.array(next(names), shape) if _is_rolled(e) else Var(next(names))
+                    for exprs, shape in self.outputs for e in exprs]
         return []
 
     def _derive(self, sparse: bool) -> tuple[Any, Any, list, Any]:
         """(flat expressions to compile, the derivative part of them, result blocks, blocks -> result)."""
-        owner, t = self.owner, self.owner.transform
-        who = owner._who
-        outs = [e for exprs, _ in self.outputs for e in exprs]
-        out_shapes = [shape for _, shape in self.outputs]
-        aux = [e for exprs, _ in self.aux for e in exprs]
-        aux_blocks = [(shape, None) for _, shape in self.aux]
-        wrt_blocks = _blocks(self.wrt_shapes, self.wrt_dtypes)
-        W = functools.partial(pytree.unflatten, self.wrt_tree)
-        Out = functools.partial(pytree.unflatten, self.out_tree)
-        if t in _SCALAR_OUT and (len(outs) != 1 or out_shapes[0] != ()):
-            raise TypeError(f"{who}: the function must return one scalar, got shape "
-                            f"{', '.join(str(s) for s in out_shapes)}; use sg.jacobian for vector outputs")
-        if t == "jit":
-            return outs, None, [(s, None) for s in out_shapes], Out
-        if t in ("grad", "value_and_grad"):
-            g = symbolic.grad(outs[0], self.inputs)
-            if t == "grad":
-                return [*g, *aux], g, wrt_blocks + aux_blocks, self._with_aux(lambda p: W(p), len(wrt_blocks))
-            n = 1 + len(wrt_blocks)
-            value_aux = lambda p: ((p[0], self._aux(p[n:])) if owner.has_aux else p[0], W(p[1:n]))
-            return [outs[0], *g, *aux], g, [((), None), *wrt_blocks, *aux_blocks], value_aux
-        if t == "hvp":
-            hv = symbolic.jvp(symbolic.grad(outs[0], self.inputs), self.inputs, self.extra)
-            return hv, hv, wrt_blocks, W
-        if t == "jvp":
-            tangents = symbolic.jvp(outs, self.inputs, self.extra) if outs else []
-            blocks = [(s, None) for s in out_shapes]
-            n = len(blocks)
-            return [*outs, *tangents, *aux], tangents, blocks * 2 + aux_blocks, self._with_aux(
-                lambda p: (Out(p[:n]), Out(p[n:2 * n])), 2 * n)
-        if t == "vjp":
-            total = sum((c * e for c, e in zip(self.extra, outs)), 0.0)
-            g = symbolic.grad(total, self.inputs) if self.inputs else []
-            n = len(out_shapes)
-            return [*outs, *g, *aux], g, [(s, None) for s in out_shapes] + wrt_blocks + aux_blocks, \
-                self._with_aux(lambda p: (Out(p[:n]), W(p[n:])), n + len(wrt_blocks))
-        if t in ("jacobian", "hessian") and self.indexed:
-            return self._rolled_matrix(outs, out_shapes, Out, W, aux, aux_blocks)
-        if t == "jacobian":
-            if sparse:
-                if owner.has_aux:
-                    raise ValueError(f"{who}: has_aux=True is not supported with sparse=True")
-                J = sparse_jacobian(outs, self.inputs)
-                return J, J, None, None
-            J = symbolic.jacobian(outs, self.inputs) if outs and self.inputs else np.empty(
-                (len(outs), len(self.inputs)), dtype=object)
-            return self._matrix(J, out_shapes, Out, aux, aux_blocks)
-        if sparse:  # hessian
-            if owner.has_aux:
-                raise ValueError(f"{who}: has_aux=True is not supported with sparse=True")
-            H = sparse_hessian(outs[0], self.inputs)
-            return H, H, None, None
-        H = symbolic.hessian(outs[0], self.inputs) if self.inputs else np.empty((0, 0), dtype=object)
-        return self._matrix(H, self.wrt_shapes, W, aux, aux_blocks)
+        rule = self.owner.rule
+        c = _Outputs(outs=[e for exprs, _ in self.outputs for e in exprs],
+                     shapes=[shape for _, shape in self.outputs],
+                     aux=[e for exprs, _ in self.aux for e in exprs],
+                     aux_blocks=[(shape, None) for _, shape in self.aux],
+                     wrt_blocks=_blocks(self.wrt_shapes, self.wrt_dtypes),
+                     W=functools.partial(pytree.unflatten, self.wrt_tree),
+                     Out=functools.partial(pytree.unflatten, self.out_tree), sparse=sparse)
+        if rule.scalar_out and (len(c.outs) != 1 or c.shapes[0] != ()):
+            raise TypeError(f"{self.owner._who}: the function must return one scalar, got shape "
+                            f"{', '.join(str(s) for s in c.shapes)}; use sg.jacobian for vector outputs")
+        if sparse and self.owner.has_aux:
+            raise ValueError(f"{self.owner._who}: has_aux=True is not supported with sparse=True")
+        return rule.derive(self, c)
 
     def _matrix(self, M: np.ndarray, row_shapes: list[tuple], rows_tree: Any, aux: list,
                 aux_blocks: list) -> tuple:
@@ -335,7 +294,7 @@ class Trace:
 
     def _rolled_matrix(self, outs: list, out_shapes: list, Out: Any, W: Any, aux: list, aux_blocks: list) -> tuple:
         """Jacobian / Hessian blocks of rolled arrays: one rolled array per (output, input) block."""
-        if self.owner.transform == "hessian":
+        if self.owner.rule.scalar_out:  # a Hessian
             rows, row_shapes, tree = symbolic.hessian(outs[0], self.inputs), self.wrt_shapes, W
         else:
             rows = [symbolic.jacobian(o, self.inputs) if o.op.array_valued else symbolic.grad(o, self.inputs)
@@ -383,20 +342,18 @@ class Trace:
 
     def _derivative_labels(self, n: int) -> list[str]:
         inputs = [str(v) for v in self.inputs]
-        t = self.owner.transform
-        if t in ("grad", "value_and_grad", "vjp"):
-            return [f"df/d{v}" for v in inputs]
-        if t in ("hvp", "jvp"):
-            return [f"(H·Δ)[{v}]" for v in inputs] if t == "hvp" else [f"Δf[{i}]" for i in range(n)]
+        label = self.owner.rule.label
+        if "{v}" not in label:  # one per output
+            return [label.format(i=i) for i in range(n)]
+        if "{i}" not in label and "{u}" not in label:  # one per input
+            return [label.format(v=v) for v in inputs]
         d = self.derivatives
         if isinstance(d, SparseExprs):
             rows = np.repeat(np.arange(len(d.indptr) - 1), np.diff(d.indptr))
             pairs = zip(rows, d.indices)
         else:
             pairs = (divmod(k, len(inputs)) for k in range(n))
-        if t == "hessian":
-            return [f"d2f/d{inputs[i]}d{inputs[j]}" for i, j in pairs]
-        return [f"df[{i}]/d{inputs[j]}" for i, j in pairs]
+        return [label.format(i=i, u=inputs[i], v=inputs[j]) for i, j in pairs]
 
     @property
     def source(self) -> str:
@@ -428,8 +385,8 @@ class Trace:
 
     def _extra_values(self, extra: Any) -> list:
         """The leaves of v / tangents / cotangent, checked against the structure they must have."""
-        what = _EXTRA[self.owner.transform]
-        if self.owner.transform == "vjp":
+        what = self.owner.rule.extra
+        if self.owner.rule.extra_like == "output":
             tree, shapes = self.out_tree, [s for _, s in self.outputs]
         else:
             tree, shapes = self.wrt_tree, self.wrt_shapes
@@ -456,12 +413,117 @@ class Trace:
                 mapping.update(zip(as_expr_list(sym), np.ravel(np.asarray(leaf, dtype=object)).tolist()))
         if self.extra:
             leaves = self._extra_values(extra)
-            values = [v for leaf in leaves for v in np.ravel(np.asarray(leaf, dtype=object)).tolist()]
-            mapping.update(zip(self.extra, values))
+            if any(map(_is_rolled, self.extra)):  # one rolled array (or variable) per leaf
+                mapping.update(zip(self.extra, leaves))
+            else:
+                values = [v for leaf in leaves for v in np.ravel(np.asarray(leaf, dtype=object)).tolist()]
+                mapping.update(zip(self.extra, values))
         flat = substitute(list(self.flat), mapping) if self.flat else []
         out = np.empty(len(flat), dtype=object)
         out[:] = flat
         return self._structure(_pieces(out, self.blocks))
+
+
+@dataclass
+class _Outputs:
+    """What fn returned, flattened, and how the differentiated arguments and outputs rebuild."""
+
+    outs: list[Expr]
+    shapes: list[tuple]
+    aux: list[Expr]
+    aux_blocks: list
+    wrt_blocks: list
+    W: Any  # flat pieces -> the differentiated arguments' structure
+    Out: Any  # flat pieces -> the output's structure
+    sparse: bool
+
+
+def _jit(t: Trace, c: _Outputs) -> tuple:
+    return c.outs, None, [(s, None) for s in c.shapes], c.Out
+
+
+def _grad(t: Trace, c: _Outputs) -> tuple:
+    g = symbolic.grad(c.outs[0], t.inputs)
+    return [*g, *c.aux], g, c.wrt_blocks + c.aux_blocks, t._with_aux(c.W, len(c.wrt_blocks))
+
+
+def _value_and_grad(t: Trace, c: _Outputs) -> tuple:
+    g = symbolic.grad(c.outs[0], t.inputs)
+    n = 1 + len(c.wrt_blocks)
+    value_aux = lambda p: ((p[0], t._aux(p[n:])) if t.owner.has_aux else p[0], c.W(p[1:n]))  # noqa: E731
+    return [c.outs[0], *g, *c.aux], g, [((), None), *c.wrt_blocks, *c.aux_blocks], value_aux
+
+
+def _hvp(t: Trace, c: _Outputs) -> tuple:
+    hv = symbolic.jvp(symbolic.grad(c.outs[0], t.inputs), t.inputs, t.extra)
+    return hv, hv, c.wrt_blocks, c.W
+
+
+def _jvp(t: Trace, c: _Outputs) -> tuple:
+    tangents = symbolic.jvp(c.outs, t.inputs, t.extra) if c.outs else []
+    blocks, n = [(s, None) for s in c.shapes], len(c.shapes)
+    return [*c.outs, *tangents, *c.aux], tangents, blocks * 2 + c.aux_blocks, t._with_aux(
+        lambda p: (c.Out(p[:n]), c.Out(p[n:2 * n])), 2 * n)
+
+
+def _vjp(t: Trace, c: _Outputs) -> tuple:
+    total = sum((np.sum(ct * e) if _is_rolled(e) else ct * e for ct, e in zip(t.extra, c.outs)), 0.0)
+    g = symbolic.grad(total, t.inputs) if t.inputs else []
+    n = len(c.shapes)
+    return [*c.outs, *g, *c.aux], g, [(s, None) for s in c.shapes] + c.wrt_blocks + c.aux_blocks, \
+        t._with_aux(lambda p: (c.Out(p[:n]), c.W(p[n:])), n + len(c.wrt_blocks))
+
+
+def _jacobian(t: Trace, c: _Outputs) -> tuple:
+    if t.indexed:
+        return t._rolled_matrix(c.outs, c.shapes, c.Out, c.W, c.aux, c.aux_blocks)
+    if c.sparse:
+        J = sparse_jacobian(c.outs, t.inputs)
+        return J, J, None, None
+    J = symbolic.jacobian(c.outs, t.inputs) if c.outs and t.inputs else np.empty(
+        (len(c.outs), len(t.inputs)), dtype=object)
+    return t._matrix(J, c.shapes, c.Out, c.aux, c.aux_blocks)
+
+
+def _hessian(t: Trace, c: _Outputs) -> tuple:
+    if t.indexed:
+        return t._rolled_matrix(c.outs, c.shapes, c.Out, c.W, c.aux, c.aux_blocks)
+    if c.sparse:
+        H = sparse_hessian(c.outs[0], t.inputs)
+        return H, H, None, None
+    H = symbolic.hessian(c.outs[0], t.inputs) if t.inputs else np.empty((0, 0), dtype=object)
+    return t._matrix(H, t.wrt_shapes, c.W, c.aux, c.aux_blocks)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One function transform as data: what it differentiates and how its result is made.
+
+    >>> TRANSFORMS["hvp"].extra, TRANSFORMS["jacobian"].scalar_out
+    ('v', False)
+    """
+
+    derive: Any  # (Trace, _Outputs) -> (flat expressions, derivatives, result blocks, blocks -> result)
+    wrt: str = "argnums"  # the differentiated arguments: "argnums", every traced one ("all"), "positional"
+    scalar_out: bool = False  # fn must return one scalar
+    extra: str | None = None  # the name of the vector it takes besides fn's arguments
+    extra_like: str | None = None  # shaped like "wrt" (tangents) or like the "output" (cotangents)
+    rolled: bool = True  # large array arguments trace as rolled arrays
+    sparse: bool = False  # takes sparse=True
+    summable: bool = False  # has Function.sum over data rows
+    label: str = ""  # how formulas() names the derivatives ({v}: an input, {i}: an output, {u}: a row's input)
+
+
+TRANSFORMS: dict[str, Transform] = {
+    "jit": Transform(_jit, wrt="all"),
+    "grad": Transform(_grad, scalar_out=True, summable=True, label="df/d{v}"),
+    "value_and_grad": Transform(_value_and_grad, scalar_out=True, summable=True, label="df/d{v}"),
+    "hvp": Transform(_hvp, scalar_out=True, extra="v", extra_like="wrt", label="(H·Δ)[{v}]"),
+    "jvp": Transform(_jvp, wrt="positional", extra="tangents", extra_like="wrt", label="Δf[{i}]"),
+    "vjp": Transform(_vjp, wrt="positional", extra="cotangent", extra_like="output", label="df/d{v}"),
+    "jacobian": Transform(_jacobian, sparse=True, label="df[{i}]/d{v}"),
+    "hessian": Transform(_hessian, scalar_out=True, sparse=True, label="d2f/d{u}d{v}"),
+}
 
 
 class Function:
@@ -496,12 +558,13 @@ class Function:
         if backend not in compiled.BACKENDS:
             raise ValueError(f"backend must be one of {compiled.BACKENDS}, got {backend!r}")
         self.fn, self.transform, self.sparse, self.backend = fn, transform, bool(sparse), backend
+        self.rule = TRANSFORMS[transform]
         self.has_aux = bool(has_aux)
         self.argnums_spec = argnums
         self.argnums = _int_tuple(argnums, "argnums")
-        if transform == "hvp" and len(self.argnums) != 1:
-            raise ValueError("sg.hvp: differentiate with respect to one argument (an int argnums)")
-        if sparse and transform not in ("jacobian", "hessian"):
+        if self.rule.extra == "v" and len(self.argnums) != 1:
+            raise ValueError(f"sg.{transform}: differentiate with respect to one argument (an int argnums)")
+        if sparse and not self.rule.sparse:
             raise ValueError(f"sparse=True is for sg.jacobian and sg.hessian, not sg.{transform}")
         self.static_argnums = frozenset(_int_tuple(static_argnums, "static_argnums"))
         names = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
@@ -525,9 +588,9 @@ class Function:
 
     def _wrt_keys(self, n_args: int, slots: dict) -> list:
         """The differentiated arguments' keys: argnums (negative ones from the end), all for jit / jvp / vjp."""
-        if self.transform == "jit":
+        if self.rule.wrt == "all":
             return list(slots)
-        if self.transform in ("jvp", "vjp"):
+        if self.rule.wrt == "positional":
             return [i for i in range(n_args) if i in slots]
         keys = []
         for n in self.argnums:
@@ -572,7 +635,7 @@ class Function:
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
         """Array arguments as rolled arrays where the transform takes them; where fn does something
         that has no rolled form, element by element (object arrays of variables), as before."""
-        if self.transform in _INDEXED_TRANSFORMS and not self.sparse and (self._large(args, kwargs) or
+        if self.rule.rolled and not self.sparse and (self._large(args, kwargs) or
                                                                           not self._fallback):
             try:
                 return Trace(self, args, kwargs, indexed=True)
@@ -598,7 +661,7 @@ class Function:
 
     def _split_extra(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any]:
         """fn's arguments and the vector an hvp takes besides (last, or v=)."""
-        if self.transform != "hvp":
+        if self.rule.extra != "v":
             return args, kwargs, None
         if "v" in kwargs:
             return args, {k: v for k, v in kwargs.items() if k != "v"}, kwargs["v"]
@@ -607,7 +670,7 @@ class Function:
         return args[:-1], kwargs, args[-1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.transform == "hvp":
+        if self.rule.extra == "v":
             return self.call(*self._split_extra(args, kwargs))
         key = self._key(args, kwargs)
         t = self._traces.get(key)
@@ -620,7 +683,7 @@ class Function:
         """Call with fn's arguments and the transform's vector (hvp's v, jvp's tangents, a vjp's cotangent)."""
         key = self._key(args, kwargs)
         if key is None or _tracing.depth or extra is not None and _has_symbolic(extra):
-            if self.transform == "jit":  # inside another trace jit is the function itself
+            if self.rule.derive is _jit:  # inside another trace jit is the function itself
                 return self.fn(*args, **kwargs)
             rolled_args = any(map(_is_rolled, pytree.flatten((args, kwargs))[0]))
             return Trace(self, args, kwargs, fresh=True, indexed=rolled_args).symbolic(args, kwargs, extra)
@@ -640,7 +703,7 @@ class Function:
         >>> vg.sum(np.array([2.0, 1.0]), np.array([0.0, 1.0]), np.array([1.0, 4.0]))
         (1.0, array([-2., -2.]))
         """
-        if self.transform not in ("grad", "value_and_grad"):
+        if not self.rule.summable:
             raise TypeError(f"sum: for sg.grad and sg.value_and_grad, not sg.{self.transform}")
         argnums = {n + len(args) if n < 0 else n for n in self.argnums}
         data = [i for i in range(len(args)) if i not in argnums and i not in self.static_argnums]

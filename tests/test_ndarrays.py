@@ -189,3 +189,22 @@ def test_indexing_a_traced_array_with_a_bool_or_a_float_is_an_error_not_a_guess(
         with pytest.raises(IndexError, match="only integers, slices"):
             x[key]
     assert x[np.int64(-1)] is x[4]
+
+
+def test_jvp_and_vjp_of_array_code_trace_rolled(monkeypatch):
+    x, v, ct = np.linspace(-1.0, 1.0, 100), np.cos(np.arange(100.0)), np.sin(np.arange(99.0))
+    f = lambda x: np.tanh(x[1:] * x[:-1]) * 2.0  # noqa: E731
+    out, tangent = sg.jvp(f, (x,), (v,), backend="python")
+    (out2, back), cotangent = sg.vjp(f, x, backend="python"), None
+    cotangent = back(ct)[0]
+    assert trace._applied(f, "jvp", False, "python")._last.indexed
+    assert trace._applied(f, "vjp", False, "python")._last.indexed
+    t = np.tanh(x[1:] * x[:-1])
+    np.testing.assert_allclose(out, 2 * t, rtol=1e-14)
+    np.testing.assert_allclose(out2, 2 * t, rtol=1e-14)
+    np.testing.assert_allclose(tangent, 2 * (1 - t ** 2) * (v[1:] * x[:-1] + x[1:] * v[:-1]), rtol=1e-12, atol=1e-15)
+    w = ct * 2 * (1 - t ** 2)
+    want = np.zeros(100)
+    want[1:] += w * x[:-1]
+    want[:-1] += w * x[1:]
+    np.testing.assert_allclose(cotangent, want, rtol=1e-12, atol=1e-15)
