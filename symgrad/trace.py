@@ -39,7 +39,7 @@ import numpy as np
 from symgrad import pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
-from symgrad.expr import rolled
+from symgrad.expr import ndarrays, rolled
 from symgrad.expr.build import Var
 from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, TracingError, paused_gc
@@ -212,10 +212,15 @@ class Trace:
         self.wrt_tree = wrt[0].treedef if single and wrt else (tuple, tuple(s.treedef for s in wrt))
         _tracing.depth += 1
         try:
-            with paused_gc():
+            with paused_gc(), ndarrays.capturing() as constants:
                 result = owner.fn(*sym_args, **sym_kwargs)
         finally:
             _tracing.depth -= 1
+        if constants and fresh:  # (its formulas would read arrays no caller passes)
+            raise TracingError(f"{who}: NumPy arrays of constants inside a transform applied to rolled arrays "
+                               "outside a trace; pass them as arguments")
+        self.constants = list(constants)  # NumPy arrays fn combined with rolled ones: parameters after the data
+        self._constant_values = np.concatenate([v.ravel() for v in constants.values()]) if constants else None
         with paused_gc():
             if owner.has_aux:
                 if not (isinstance(result, tuple) and len(result) == 2):
@@ -325,7 +330,8 @@ class Trace:
     def compiled(self) -> compiled.Compiled:
         """The compiled kernel of the flat outputs (built on first use: nested traces never compile)."""
         return compiled.compile(self.flat if isinstance(self.flat, SparseExprs) else np.array(
-            self.flat, dtype=object).reshape(-1), self.inputs, [*self.params, *self.extra], self.owner.backend)
+            self.flat, dtype=object).reshape(-1), self.inputs, [*self.params, *self.constants, *self.extra],
+            self.owner.backend)
 
     def formulas(self) -> str:
         """The traced outputs and their derivatives, every shared subexpression named once."""
@@ -367,8 +373,10 @@ class Trace:
         else:
             x = self._pack(self.wrt_keys, args, kwargs)
         p = self._pack(self.data_keys, args, kwargs)
-        if self.extra:
-            p = np.concatenate([p, *(np.ravel(leaf) for leaf in self._extra_values(extra))])
+        if self.extra or self.constants:
+            tail = [] if self._constant_values is None else [self._constant_values]
+            vector = [np.ravel(leaf) for leaf in self._extra_values(extra)] if self.extra else []
+            p = np.concatenate([p, *tail, *vector])
         return self.assemble(self.compiled(x, p))
 
     def _pack(self, keys: list, args: tuple, kwargs: dict) -> np.ndarray:

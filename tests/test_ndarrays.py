@@ -133,7 +133,7 @@ def test_data_arguments_are_parameter_arrays_and_new_values_do_not_retrace():
 
 def test_constructs_without_a_rolled_form_fall_back_to_the_element_trace():
     def fn(x):
-        return np.sum(np.cumsum(x) ** 2) + np.sum(np.sort(x)[:0]) if False else np.sum(np.cumsum(x) ** 2)
+        return np.sum(np.cumsum(x) ** 2)
 
     x0 = np.linspace(0.0, 1.0, 70)
     value, gradient = sg.value_and_grad(fn, backend="vm")(x0)
@@ -209,3 +209,26 @@ def test_jvp_and_vjp_of_array_code_trace_rolled(monkeypatch):
     want[1:] += w * x[:-1]
     want[:-1] += w * x[1:]
     np.testing.assert_allclose(cotangent, want, rtol=1e-12, atol=1e-15)
+
+
+def test_numpy_constants_in_traced_code_are_captured_as_parameters(monkeypatch):
+    """Closure arrays (and arrays made inside fn) meeting traced arrays: captured at trace time as
+    parameter arrays (JAX's constants), in elementwise code, @, einsum, concatenate and vmap."""
+    rng = np.random.default_rng(3)
+    A, target = rng.normal(size=(80, 6)), np.linspace(0.0, 1.0, 80)
+
+    def fn(x):
+        y = x * np.arange(80.0) - target
+        return (np.sum(y ** 2) + np.sum(np.tanh(A.T @ x)) + np.einsum("ij,i->", A, x)
+                + np.sum(np.concatenate([x[:4], A[0]]) ** 2) + np.sum(A[:5, :2] @ np.ones(2) * x[:5]))
+
+    x0 = np.cos(np.arange(80.0))
+    assert _rolled_inputs(fn, (x0,)) == ["array"]
+    (value, gradient), (want_value, want_gradient) = _both(fn, (x0,), monkeypatch=monkeypatch)
+    assert value == pytest.approx(fn(x0), rel=1e-12) and value == pytest.approx(want_value, rel=1e-12)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-11, atol=1e-13)
+    t = sg.value_and_grad(fn, backend="python").trace(x0)
+    assert {c.shape for c in t.constants} >= {(80,), (80, 6)}  # target (and arange), A: parameters
+    per_row = sg.vmap(sg.grad(lambda w, a: np.sum((a * w - target[:6]) ** 2)), in_axes=(None, 0), backend="python")
+    w = rng.normal(size=6)
+    np.testing.assert_allclose(per_row(w, A), 2 * (A * w - target[:6]) * A, rtol=1e-12)

@@ -12,7 +12,11 @@ rolled form raises :class:`TracingError` naming it (tracing then falls back to o
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,6 +34,63 @@ def is_array(v: Any) -> bool:
     (True, False)
     """
     return isinstance(v, Expr) and v.op.array_valued
+
+
+class _Captured(threading.local):
+    """The constant arrays met while a function is traced: {id: (the array, its node)}."""
+
+    arrays: dict | None = None
+
+
+_captured = _Captured()
+_names = itertools.count(1)
+
+
+@contextmanager
+def capturing() -> Iterator[dict]:
+    """While tracing: NumPy arrays of numbers that meet traced arrays become array inputs
+    (``const#1`` ...), recorded in the dict this yields (node -> values) for the caller to pass
+    as parameters: JAX's captured constants. Nested uses share the outermost dict.
+
+    >>> import numpy as np, symgrad as sg
+    >>> with capturing() as found:
+    ...     y = sg.array("x", 2) * np.array([2.0, 3.0])
+    >>> [(str(node).split("#")[0], values.tolist()) for node, values in found.items()]
+    [('const', [2.0, 3.0])]
+    """
+    outer = _captured.arrays
+    if outer is not None:
+        yield {}
+        return
+    _captured.arrays = {}
+    found: dict = {}
+    try:
+        yield found
+    finally:
+        found.update(_captured.arrays.values())
+        _captured.arrays = None
+
+
+def operand(a: Any) -> Any:
+    """``a`` as an operand beside traced arrays: a NumPy array of numbers as a captured constant
+    (while tracing), anything else as it is.
+
+    >>> operand(2.0)
+    2.0
+    """
+    if not isinstance(a, np.ndarray) or a.ndim == 0:
+        return a
+    if a.dtype.kind not in "biuf" or a.size == 0:
+        raise TracingError(f"a NumPy array of dtype {a.dtype}, shape {a.shape} combined with a traced array")
+    if _captured.arrays is None:
+        raise TracingError("a NumPy array of constants combined with a traced array (outside a trace): pass it "
+                           "as an argument (data), or build it from the traced values")
+    key = id(a)
+    if key not in _captured.arrays:
+        values = np.array(a, dtype=np.float64)  # a copy: the values when traced, as JAX captures them
+        node = rolled.array(f"const#{next(_names)}", a.shape)
+        _captured.arrays[key] = (node, values)  # (the dict holds the copy, so the id is not reused)
+    return _captured.arrays[key][0]
 
 
 def fresh(shape: tuple) -> tuple:
@@ -79,10 +140,7 @@ def elementwise(fn: Any, args: tuple) -> Any:
     >>> (x * y).shape  # elementwise(mul, (x, y)): x[i, j] * y[j]
     (2, 3)
     """
-    for a in args:
-        if isinstance(a, np.ndarray) and a.ndim:
-            raise TracingError("a NumPy array of constants combined with a traced array: pass it as an argument "
-                               "(data), or build it from the traced values")
+    args = tuple(map(operand, args))
     shapes = [a.shape if is_array(a) else () for a in args]
     try:
         out = np.broadcast_shapes(*shapes)
@@ -203,8 +261,9 @@ def matmul(a: Any, b: Any) -> Any:
     >>> (sg.array("A", (2, 3)) @ sg.array("v", 3)).shape
     (2,)
     """
+    a, b = operand(a), operand(b)
     if not (is_array(a) and is_array(b)):
-        raise TracingError("@ of a traced array with a constant NumPy array: pass the array as an argument (data)")
+        raise TracingError("@ of a traced array with a scalar has no rolled form (use *)")
     if a.ndim > 2 or b.ndim > 2:
         raise TracingError("@ of arrays with more than two dimensions has no rolled form yet")
     k = a.shape[-1]
@@ -282,6 +341,7 @@ def _where(condition: Any, x: Any, y: Any) -> Any:
 
 
 def _dot(a: Any, b: Any) -> Any:
+    a, b = operand(a), operand(b)
     if not (is_array(a) and is_array(b)):
         return elementwise(lambda x, y: x * y, (a, b))
     return matmul(a, b)
@@ -328,7 +388,7 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
     >>> concatenate([x, y])
     tensor(where(j < 2, x[j], y[j - 2]), j=0..2)
     """
-    arrays = list(arrays)
+    arrays = [operand(a) for a in arrays]
     if out is not None or axis is None or not all(is_array(a) for a in arrays):
         raise TracingError("np.concatenate of traced arrays with constants, axis=None or out= has no rolled form")
     if len(arrays) > MAX_PIECES:  # each element a chain of that many branches (and its derivative worse)
@@ -355,7 +415,7 @@ def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:
     >>> stack([sg.array("x", 3), sg.array("y", 3)], axis=1).shape
     (3, 2)
     """
-    arrays = list(arrays)
+    arrays = [operand(a) for a in arrays]
     if not all(is_array(a) for a in arrays):
         raise TracingError("np.stack of traced arrays with scalars or constants has no rolled form")
     axis = int(axis) % (arrays[0].ndim + 1)
@@ -372,6 +432,7 @@ def einsum(subscripts: str, *operands: Any, **options: Any) -> Any:
     >>> sg.evaluate(einsum("ii", A), {A: np.array([[1.0, 2.0], [3.0, 4.0]])})
     5.0
     """
+    operands = tuple(map(operand, operands))
     if options.get("out") is not None or "..." in subscripts or not all(is_array(a) for a in operands):
         raise TracingError("np.einsum with '...', out= or constant operands has no rolled form")
     spec = subscripts.replace(" ", "")
