@@ -59,6 +59,10 @@ PROGRAMS = {
     + np.sum(np.pad(x, 2) * 3.0),
     "norm": lambda x: np.linalg.norm(x) + np.sum(np.linalg.norm(x.reshape(8, 10), axis=1)) + np.linalg.norm(x, 1)
     + np.linalg.norm(x, np.inf) + np.linalg.norm(x, 3) + np.linalg.norm(x.reshape(8, 10), keepdims=True)[0, 0],
+    "batched_matmul": lambda x: np.sum(np.tanh(x[:60].reshape(5, 3, 4) @ x[60:76].reshape(4, 4)) ** 2)
+    + np.sum(x[:24].reshape(2, 3, 4) @ x[24:48].reshape(2, 4, 3))
+    + np.sum(x[:24].reshape(2, 1, 3, 4) @ x[24:72].reshape(4, 4, 3))
+    + np.sum(x[:12] @ x[12:72].reshape(5, 12, 1)) + np.sum(np.matmul(x[:60].reshape(5, 3, 4), x[60:64])),
     "prod": lambda x: np.sum(np.prod(x.reshape(8, 10)[:, :4], axis=1))
     + np.sum(x.reshape(20, 4).prod(axis=1, keepdims=True) * x[:20, None]) + np.prod(x[:5]) + np.prod(x[7:8] * 2.0),
 }

@@ -255,7 +255,7 @@ def _axes(axis: Any, ndim: int) -> set:
 
 
 def matmul(a: Any, b: Any) -> Any:
-    """``a @ b`` for 1-D and 2-D arrays: a sum over the shared axis (a BLAS product when compiled).
+    """``a @ b``: a sum over the shared axis (a BLAS product when compiled, for 2-D operands).
 
     >>> import symgrad as sg
     >>> (sg.array("A", (2, 3)) @ sg.array("v", 3)).shape
@@ -265,7 +265,7 @@ def matmul(a: Any, b: Any) -> Any:
     if not (is_array(a) and is_array(b)):
         raise TracingError("@ of a traced array with a scalar has no rolled form (use *)")
     if a.ndim > 2 or b.ndim > 2:
-        raise TracingError("@ of arrays with more than two dimensions has no rolled form yet")
+        return _batched_matmul(a, b)
     k = a.shape[-1]
     if b.shape[0] != k:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align ({k} != {b.shape[0]})")
@@ -274,6 +274,35 @@ def matmul(a: Any, b: Any) -> Any:
     cols = fresh(b.shape[1:])
     body = rolled.reduce("sum", element(a, (*rows, s)) * element(b, (s, *cols)), s)
     return rolled.tensor(body, *rows, *cols) if rows or cols else body
+
+
+def _batched_matmul(a: Expr, b: Expr) -> Expr:
+    """``a @ b`` with leading batch axes, broadcast as NumPy's matmul (a 1-D operand as a row / column).
+
+    >>> import symgrad as sg
+    >>> (sg.array("A", (5, 2, 3)) @ sg.array("B", (3, 4))).shape
+    (5, 2, 4)
+    """
+    a_batch = a.shape[:-2] if a.ndim > 2 else ()
+    b_batch = b.shape[:-2] if b.ndim > 2 else ()
+    try:
+        batch = np.broadcast_shapes(a_batch, b_batch)
+    except ValueError:
+        raise ValueError(f"matmul: batch shapes {a_batch} and {b_batch} do not broadcast") from None
+    k = a.shape[-1]
+    if b.shape[-2 if b.ndim > 1 else 0] != k:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+    B = fresh(batch)
+    rows = fresh(a.shape[-2:-1] if a.ndim > 1 else ())
+    cols = fresh(b.shape[-1:] if b.ndim > 1 else ())
+    s = rolled.fresh_index(rolled.index("i", k))
+
+    def lead(x_batch: tuple) -> tuple:  # the batch indices of an operand (size-1 axes broadcast)
+        at = len(batch) - len(x_batch)
+        return tuple(B[at + d] if n == batch[at + d] else const(0.0) for d, n in enumerate(x_batch))
+
+    body = rolled.reduce("sum", element(a, (*lead(a_batch), *rows, s)) * element(b, (*lead(b_batch), s, *cols)), s)
+    return rolled.tensor(body, *B, *rows, *cols)
 
 
 def transpose(arr: Expr, axes: Any = None) -> Expr:
