@@ -591,6 +591,19 @@ def numpy_code() -> None:
         row(problem, "JAX jit(value_and_grad)", "first result", t, None, "s")
         row(problem, "JAX jit(value_and_grad)", "per call", per_call(lambda: jax.block_until_ready(f(w, X, y))),
             seconds)
+    problem = f"per-example gradients, logistic loss N={N}, d={d} (sg.vmap)"
+    hand_rows = lambda w, X, y: (1 / (1 + np.exp(-(X @ w))) - y)[:, None] * X  # noqa: E731
+    base = per_call(hand_rows, w, X, y)
+    row(problem, "NumPy by hand", "per call", base, base)
+    one = lambda w, x, y: np.logaddexp(0.0, x @ w) - y * (x @ w)  # noqa: E731
+    t, pe = first(lambda: _called(sg.vmap(sg.grad(one), in_axes=(None, 0, 0)), w, X, y))
+    assert np.allclose(pe(w, X, y), hand_rows(w, X, y))
+    row(problem, "symgrad vmap(grad(fn))", "first result", t, None, "s")
+    row(problem, "symgrad vmap(grad(fn))", "per call", per_call(pe, w, X, y), base)
+    if HAVE["jax"]:
+        f = jax.jit(jax.vmap(jax.grad(lambda w, x, y: jnp.logaddexp(0.0, x @ w) - y * (x @ w)), (None, 0, 0)))
+        jax.block_until_ready(f(w, X, y))
+        row(problem, "JAX jit(vmap(grad))", "per call", per_call(lambda: jax.block_until_ready(f(w, X, y))), base)
     big = rng.normal(size=10**6)
     t, _ = first(lambda: _called(sg.value_and_grad(lambda a, data: np.sum(a * data) ** 2 + a ** 2), 0.5, big))
     row("a 10^6-element data argument, traced NumPy code", "symgrad value_and_grad(fn)", "first result", t, None,

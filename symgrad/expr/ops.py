@@ -175,7 +175,9 @@ atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0
 logaddexp = _row("logaddexp", 2, np.logaddexp,
                  "({0} + 0.6931471805599453 if {0} == {1} else "
                  "max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
-                 (lambda a, b, o: exp(a - o), lambda a, b, o: exp(b - o)), commutative=True, ufunc=np.logaddexp,
+                 # sigmoid(a - b), not exp(a - out): one exp (not three calls) where only the derivative is used
+                 (lambda a, b, o: sigmoid(a - b), lambda a, b, o: sigmoid(b - a)), commutative=True,
+                 ufunc=np.logaddexp,
                  to_sympy=lambda a, b: sympy.log(sympy.exp(a) + sympy.exp(b)), doc="log(exp(a) + exp(b)), smooth")
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
            to_sympy="erf", latex=_func(r"\operatorname{erf}"))
