@@ -477,17 +477,7 @@ def tidy(e: Expr, memo: dict | None = None) -> Expr:
     where(i >= 1, x[i - 1], 0)
     """
     new = {} if memo is None else memo
-    stack = [e]
-    while stack:  # iterative post-order, not into nodes already done
-        node = stack[-1]
-        if node in new:
-            stack.pop()
-            continue
-        pending = [a for a in node.args if a not in new]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
+    for node in topo_order([e], new):
         new[node] = _tidied(node, tuple(new[a] for a in node.args))
     return new[e]
 

@@ -24,25 +24,26 @@ def as_expr_list(exprs: Any) -> list[Expr]:
     return [e if isinstance(e, Expr) else const(e) for e in flat]
 
 
-def topo_order(roots: Iterable[Expr]) -> list[Expr]:
-    """Every node reachable from ``roots``, each once, arguments before their users.
+def topo_order(roots: Iterable[Expr], known: Any = None) -> list[Expr]:
+    """Every node reachable from ``roots``, each once, arguments before their users; nodes in
+    ``known`` (a set or dict: done before) are left out and not walked into.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
-    >>> [str(n) for n in topo_order([sg.sin(x * y)])]
-    ['x', 'y', 'x*y', 'sin(x*y)']
+    >>> [str(n) for n in topo_order([sg.sin(x * y)])], [str(n) for n in topo_order([sg.sin(x * y)], {x * y})]
+    (['x', 'y', 'x*y', 'sin(x*y)'], ['sin(x*y)'])
     """
     seen: set[Expr] = set()
     order: list[Expr] = []
     for root in roots:
-        if root in seen:
+        if root in seen or known is not None and root in known:
             continue
         seen.add(root)
         stack = [(root, iter(root.args))]
         while stack:
             node, pending = stack[-1]
             for arg in pending:
-                if arg not in seen:
+                if arg not in seen and (known is None or arg not in known):
                     seen.add(arg)
                     stack.append((arg, iter(arg.args)))
                     break
