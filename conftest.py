@@ -4,3 +4,16 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("SYMGRAD_CACHE_DIR", str(Path(__file__).parent / ".pytest_cache" / "symgrad-kernels"))
+
+
+import pytest  # noqa: E402 - after the cache setting, which must precede symgrad's import
+
+
+@pytest.fixture(autouse=True)
+def _background_compiles_end_with_their_test():
+    """Tiered compilation compiles on a background thread: let it finish inside the test that
+    started it (not while a later test moves the cache folder)."""
+    yield
+    from symgrad.compile import function
+
+    function._compiles_done()

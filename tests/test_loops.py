@@ -95,3 +95,48 @@ def test_repeated_outputs_are_each_written_and_bad_outputs_named():
         loops.source([gx], [x, a, b])
     with pytest.raises(ValueError, match="a constant table is no output"):
         loops.source([f, table([1, 2])], [x, a, b])
+
+
+def _fresh_program(salt: float):
+    x, i = array("x", 50), index("i", 49)
+    return reduce("sum", (subscript(x, i + 1) - subscript(x, i) ** 2) ** 2 * salt, i), x
+
+
+def _rosen_like(v, salt):
+    return np.sum((v[1:] - v[:-1] ** 2) ** 2) * salt
+
+
+def test_auto_runs_on_the_vm_while_numba_compiles_then_numba_takes_over(monkeypatch):
+    """Tiered compilation: the first result at once from the loop VM, the same numbers from Numba."""
+    import pickle
+
+    from symgrad.compile import function, loop_vm
+
+    monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
+    salt = 1.0 + np.random.default_rng().random()  # a program not in the disk cache yet
+    f, x = _fresh_program(salt)
+    v = np.linspace(-1.0, 1.0, 50)
+    vg = sg.value_and_grad(f, [x])
+    assert vg.backend == "vm" and vg._final is not None
+    first = vg(v)
+    assert first[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
+    assert vg.ready().backend == "numba"
+    again = vg(v)
+    assert first[0] == again[0] and np.array_equal(first[1], again[1])
+    assert pickle.loads(pickle.dumps(vg)).backend == "numba"
+    monkeypatch.setattr(function, "TIERED", False)
+    f2, x2 = _fresh_program(3.0 + np.random.default_rng().random())
+    assert sg.value_and_grad(f2, [x2]).backend == "numba"
+
+
+def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
+    from symgrad.compile import loop_vm
+
+    monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
+    monkeypatch.setitem(loops.LOOP_BACKENDS, "numba", lambda program: (_ for _ in ()).throw(MemoryError("LLVM")))
+    salt = 5.0 + np.random.default_rng().random()
+    f, x = _fresh_program(salt)
+    with pytest.warns(UserWarning, match=r"compiling a loop program failed \(MemoryError: LLVM\); it runs on the"):
+        vg = sg.value_and_grad(f, [x]).ready()
+    v = np.linspace(-1.0, 1.0, 50)
+    assert vg.backend == "vm" and vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)

@@ -330,6 +330,18 @@ class _DiskCache(FunctionCache):
                     _unusable(e)
 
 
+def on_disk(module: ModuleType, name: str) -> bool:
+    """Whether kernel ``name`` of ``module`` (from :func:`load`) has machine code in the disk cache:
+    compiling it is then a quick load.
+
+    >>> mod = load("doc_on_disk", "import numba\\n\\n@numba.njit\\ndef f(x):\\n    return x\\n")
+    >>> on_disk(mod, "f") in (True, False)
+    True
+    """
+    cache = getattr(getattr(module, name), "_cache", None)
+    return isinstance(cache, _DiskCache) and os.path.exists(cache._cache_file._index_path)
+
+
 def typed(module: ModuleType, name: str, signature: tuple) -> Any:
     """Kernel ``name`` of ``module``, compiled (or loaded from disk) for ``signature`` only.
 

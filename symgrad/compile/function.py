@@ -11,15 +11,16 @@ from __future__ import annotations
 import functools
 import math
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba
 import numpy as np
 
-from symgrad.compile import loop_vm  # noqa: F401 - registers the loop VM with the loop programs
+from symgrad.compile import loop_vm  # (importing it registers the loop VM with the loop programs)
 from symgrad.compile.backends import REGISTRY, Kernels
-from symgrad.compile.loops import LoopProgram
+from symgrad.compile.loops import LoopProgram, numba_on_disk
 from symgrad.compile.lower import Program, lower
 from symgrad.expr.diff import grad
 from symgrad.expr.node import Expr
@@ -34,6 +35,9 @@ AUTO_THRESHOLD = 200
 # compile time grows faster than the kernel (a Python loop of 10, 20, 40 RNN steps on arrays: 2600
 # lines in 16 s, 5200 in 48 s, 10400 in 285 s and 4.4 GB).
 AUTO_LOOP_LINES = 1500
+# Under "auto" a loop program not yet in the disk cache runs on the loop VM at once while Numba
+# compiles it on a background thread; the Numba kernels take over when ready (Compiled.ready()).
+TIERED = True
 
 _EMPTY = np.empty(0)
 _empty = np.empty
@@ -68,6 +72,7 @@ class Compiled:
         self._kind = _ARRAY if not program.returns_value else _SCALAR if shape == () else _VALUE_GRAD
         self._n_out = program.n_out
         self._point = self._kernels("point")
+        self._final: Any = None  # a Future of the kernels taking over (tiered compilation)
 
     @property
     def source(self) -> str:
@@ -110,7 +115,37 @@ class Compiled:
     def __reduce__(self) -> tuple:
         # The program travels (arrays and names), not the kernels: the receiver loads them from
         # the disk cache, or compiles them, exactly as a first compile would.
-        return _from_program, (self.program, self.backend, self.shape, self._pattern, self._roots)
+        backend = "numba" if self._final is not None else self.backend
+        return _from_program, (self.program, backend, self.shape, self._pattern, self._roots)
+
+    def ready(self) -> Compiled:
+        """Wait until the final kernels run it (under ``"auto"``, a loop program runs on the loop VM
+        while Numba compiles it in the background), and return it.
+
+        >>> import symgrad as sg
+        >>> x = sg.Var("x")
+        >>> sg.compile(x * x, [x], backend="vm").ready().backend
+        'vm'
+        """
+        if self._final is not None:
+            self._final.result()
+        return self
+
+    def _upgrade(self, make: Any) -> Compiled:
+        """Run on the kernels ``make()`` returns once a background thread has made them."""
+        def swap() -> None:
+            try:
+                kernels = make()
+                point = kernels.kernel("point")
+            except Exception as e:  # (out of memory in LLVM, say): the loop VM goes on running it
+                warnings.warn(f"symgrad: compiling a loop program failed ({type(e).__name__}: {e}); "
+                              "it runs on the loop VM", stacklevel=1)
+                return
+            self._kernels, self._source, self.backend = kernels.kernel, kernels.source, kernels.backend
+            self._point = point
+
+        self._final = _compiler().submit(swap)
+        return self
 
     def _shaped(self, data: np.ndarray) -> Any:
         return data.reshape(self.shape) if self._pattern is None else _csr(data, self._pattern)
@@ -254,8 +289,21 @@ def _thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad")
 
 
-# A forked child inherits the pool without its threads: it would wait on them forever.
-os.register_at_fork(after_in_child=_thread_pool.cache_clear)
+@functools.lru_cache(None)
+def _compiler() -> ThreadPoolExecutor:
+    """The one background thread of tiered compilation (Numba compiles one function at a time)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="symgrad-compile")
+
+
+def _compiles_done() -> None:
+    """Let background compiles finish (before a fork: a child would inherit their locks held)."""
+    if _compiler.cache_info().currsize:
+        _compiler().submit(lambda: None).result()
+
+
+# A forked child inherits the pools without their threads: it would wait on them forever.
+os.register_at_fork(before=_compiles_done, after_in_child=lambda: (_thread_pool.cache_clear(),
+                                                                   _compiler.cache_clear()))
 
 
 def _converted(value: Any) -> Any:
@@ -303,9 +351,16 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
-    if backend == "auto":
-        backend = "numba" if (program.source.count("\n") <= AUTO_LOOP_LINES if isinstance(program, LoopProgram)
-                              else len(program) <= AUTO_THRESHOLD) else "vm"
+    if backend == "auto" and isinstance(program, LoopProgram):
+        if program.source.count("\n") > AUTO_LOOP_LINES:
+            backend = "vm"
+        elif TIERED and loop_vm.at_hand() and not numba_on_disk(program):
+            return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(
+                lambda: program.kernels("numba"))
+        else:
+            backend = "numba"
+    elif backend == "auto":
+        backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
     needs_roots = backend in REGISTRY and REGISTRY[backend].needs_roots
     return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 

@@ -725,6 +725,12 @@ def numba_kernels(program: LoopProgram) -> Kernels:
         lambda variant: cache.typed(module, variant, SIGNATURES[variant])), program.source)
 
 
+def numba_on_disk(program: LoopProgram) -> bool:
+    """Whether Numba's machine code for ``program`` is in the disk cache (ready in a moment)."""
+    name = f"loops_{program.key}"
+    return cache.has_room(name) and cache.on_disk(cache.load(name, program.source), "point")
+
+
 def python_kernels(program: LoopProgram) -> Kernels:
     """The reference interpreter (NumPy, vectorised over each index) behind the kernel interface."""
     order = topo_order(list(program.roots))
