@@ -23,6 +23,7 @@ from symgrad.expr import batching, rolled
 from symgrad.expr.build import Var, const
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr
+from symgrad.expr.traverse import as_expr_list
 from symgrad.trace import Function
 
 _fresh = itertools.count(1)
@@ -197,9 +198,9 @@ def _take(leaf: Any, r: int, axis: int) -> Any:
 
 
 def _stack(outs: list, axis: Any, who: str) -> Any:
-    if axis is None:
-        if any(o is not outs[0] and not np.array_equal(np.asarray(o, dtype=object),
-                                                       np.asarray(outs[0], dtype=object)) for o in outs):
+    if axis is None:  # (hash-consed: the same expression is the same object; == would build one)
+        first = as_expr_list(outs[0])
+        if any(len(e := as_expr_list(o)) != len(first) or any(a is not b for a, b in zip(e, first)) for o in outs):
             raise ValueError(f"{who}: an output varies over the batch but its out_axes entry is None")
         return outs[0]
     if any(_is_rolled(o) for o in outs):

@@ -87,6 +87,10 @@ def test_nested_vmap_and_jacobian_of_vmap():
 
 def test_out_axes_none_keywords_and_tuples():
     w, X = RNG.normal(size=3), RNG.normal(size=(90, 3))
+    small = sg.vmap(lambda w, x: (np.dot(w, x), w * 2.0), in_axes=(None, 0), out_axes=(0, None), backend="python")
+    np.testing.assert_allclose(small(w, X[:4])[1], w * 2.0)  # element by element: one call per row
+    with pytest.raises(ValueError, match="out_axes entry is None"):
+        sg.vmap(lambda w, x: x * 2.0, in_axes=(None, 0), out_axes=None, backend="python")(w, X[:4])
     f = sg.vmap(lambda w, x: (np.dot(w, x), w * 2.0), in_axes=(None, 0), out_axes=(0, None), backend="python")
     out, same = f(w, X)
     np.testing.assert_allclose(out, X @ w, rtol=1e-13)
