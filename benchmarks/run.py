@@ -606,6 +606,12 @@ def numpy_code() -> None:
         row(problem, "JAX jit(value_and_grad)", "first result", t, None, "s")
         row(problem, "JAX jit(value_and_grad)", "per call", per_call(lambda: jax.block_until_ready(f(w, X, y))),
             seconds)
+    t, _ = first(lambda: _called(sg.hessian(logistic), w, X, y))
+    row(problem, "symgrad hessian(fn)", "first result", t, None, "s")
+    if HAVE["jax"]:
+        h = jax.jit(jax.hessian(lambda w, X, y: jnp.mean(jnp.logaddexp(0.0, X @ w) - y * (X @ w))))
+        t, _ = first(lambda: jax.block_until_ready(h(w, X, y)))
+        row(problem, "JAX jit(hessian)", "first result", t, None, "s")
     problem = f"per-example gradients, logistic loss N={N}, d={d} (sg.vmap)"
     hand_rows = lambda w, X, y: (1 / (1 + np.exp(-(X @ w))) - y)[:, None] * X  # noqa: E731
     base = per_call(hand_rows, w, X, y)
