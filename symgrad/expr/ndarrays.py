@@ -221,9 +221,14 @@ def reduce(kind: str, arr: Any, axis: Any = None, keepdims: bool = False) -> Any
     body = element(arr, idx)
     for d in sorted(axes, reverse=True):
         body = rolled.reduce(kind, body, idx[d])
-    kept = [idx[d] if d not in axes else rolled.fresh_index(rolled.index("i", 1)) for d in range(arr.ndim)
-            if d not in axes or keepdims]
-    return rolled.tensor(body, *kept) if kept else body
+    kept = [idx[d] for d in range(arr.ndim) if d not in axes]
+    out = rolled.tensor(body, *kept) if kept else body
+    if not keepdims:
+        return out
+    # The size-1 axes as a view of the reduced array (inlined where read): the reduction stays one
+    # tensor over its own indices, which derivatives (a max's ties) read instead of recomputing.
+    shape = tuple(1 if d in axes else n for d, n in enumerate(arr.shape))
+    return reshape(out, shape) if kept else rolled.tensor(out, *fresh(shape))
 
 
 def mean(arr: Any, axis: Any = None, keepdims: bool = False) -> Any:
