@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from symgrad.compile import cache, loops, vm
+from symgrad.compile import cache, fastmath, loops, vm
 from symgrad.compile.backends import SIGNATURES, Kernels
 from symgrad.expr.build import const
 from symgrad.expr.node import Expr
@@ -81,6 +81,7 @@ import math
 
 import numba
 import numpy as np
+''' + fastmath.IMPORT + '''
 
 _jit = dict(error_model="numpy")
 

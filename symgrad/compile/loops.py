@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compile import cache
+from symgrad.compile import cache, fastmath
 from symgrad.compile.backends import SIGNATURES, Kernels
 from symgrad.compile.numba_backend import _literal
 from symgrad.expr.build import apply
@@ -270,7 +270,8 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     nx, np_ = len(Layout(inputs)), len(Layout(params))
     sizes = f"x.shape[0] != {nx} or p.shape[0] != {np_} or out.shape[0] != {offset}"
     checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n    work = np.empty(WORK)\n"
-    return ("import math\n\nimport numba\nimport numpy as np\n\n" + "".join(h + "\n" for h in head) +
+    header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n\n"
+    return (header + "".join(h + "\n" for h in head) +
             f"WORK = {work}  # floats of workspace its temporary arrays take\n"
             f"\n\n@numba.njit(error_model='numpy')\ndef kernel(x, p, out, work):\n{body}\n"
             f"\n\n@numba.njit(error_model='numpy')\ndef point(x, p, out):\n{checks}{body}\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from symgrad.compile import fastmath
 from symgrad.compile.lower import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
 from symgrad.expr.ops import OPS
 
@@ -23,6 +24,7 @@ import math
 
 import numba
 import numpy as np
+''' + fastmath.IMPORT + '''
 
 _jit = dict(error_model="numpy")
 '''

@@ -11,6 +11,7 @@ the dispatch is paid once per block, not per point.
 
 from __future__ import annotations
 
+from symgrad.compile import fastmath
 from symgrad.compile.lower import LOAD_CONST, LOAD_P, LOAD_X, STORE
 from symgrad.expr.ops import OPS
 
@@ -21,6 +22,7 @@ import math
 
 import numba
 import numpy as np
+''' + fastmath.IMPORT + '''
 
 _jit = dict(error_model="numpy")
 

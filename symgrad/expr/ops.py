@@ -135,13 +135,13 @@ pow = _row("pow", 2, np.power, "{0} ** {1}",
            latex=((0, POW + 1), "^{", (1, 0), "}"))
 
 # ---- elementary functions -----------------------------------------------------------------
-exp = _row("exp", 1, np.exp, "math.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy="exp",
+exp = _row("exp", 1, np.exp, "fastmath.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy="exp",
            latex=(r"e^{", (0, 0), "}"))
 log = _row("log", 1, np.log, "math.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy="log",
            latex=_func(r"\log"))
 log1p = _row("log1p", 1, np.log1p, "math.log1p({0})", (lambda a, o: 1.0 / (a + 1.0),), ufunc=np.log1p,
              to_sympy=lambda a: sympy.log(1 + a))
-expm1 = _row("expm1", 1, np.expm1, "math.expm1({0})", (lambda a, o: o + 1.0,), ufunc=np.expm1,
+expm1 = _row("expm1", 1, np.expm1, "fastmath.expm1({0})", (lambda a, o: o + 1.0,), ufunc=np.expm1,
              to_sympy=lambda a: sympy.exp(a) - 1)
 sqrt = _row("sqrt", 1, np.sqrt, "math.sqrt({0})", (lambda a, o: 0.5 / o,), ufunc=np.sqrt,
             to_sympy="sqrt", latex=(r"\sqrt{", (0, 0), "}"))
@@ -164,7 +164,7 @@ sinh = _row("sinh", 1, np.sinh, "math.sinh({0})", (lambda a, o: cosh(a),), ufunc
             to_sympy="sinh", latex=_func(r"\sinh"))
 cosh = _row("cosh", 1, np.cosh, "math.cosh({0})", (lambda a, o: sinh(a),), ufunc=np.cosh,
             to_sympy="cosh", latex=_func(r"\cosh"))
-tanh = _row("tanh", 1, np.tanh, "math.tanh({0})", (lambda a, o: 1.0 - o * o,), ufunc=np.tanh,
+tanh = _row("tanh", 1, np.tanh, "fastmath.tanh({0})", (lambda a, o: 1.0 - o * o,), ufunc=np.tanh,
             to_sympy="tanh", latex=_func(r"\tanh"))
 asinh = _row("asinh", 1, np.arcsinh, "math.asinh({0})", (lambda a, o: 1.0 / sqrt(a * a + 1.0),),
              ufunc=np.arcsinh, aliases=("arcsinh",), to_sympy="asinh")
@@ -174,18 +174,18 @@ atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0
              ufunc=np.arctanh, aliases=("arctanh",), to_sympy="atanh")
 logaddexp = _row("logaddexp", 2, np.logaddexp,
                  "({0} + 0.6931471805599453 if {0} == {1} else "
-                 "max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
+                 "max({0}, {1}) + math.log1p(fastmath.exp(-abs({0} - {1}))))",
                  # sigmoid(a - b), not exp(a - out): one exp (not three calls) where only the derivative is used
                  (lambda a, b, o: sigmoid(a - b), lambda a, b, o: sigmoid(b - a)), commutative=True,
                  ufunc=np.logaddexp,
                  to_sympy=lambda a, b: sympy.log(sympy.exp(a) + sympy.exp(b)), doc="log(exp(a) + exp(b)), smooth")
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
            to_sympy="erf", latex=_func(r"\operatorname{erf}"))
-sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + math.exp(-{0}))",
+sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + fastmath.exp(-{0}))",
                (lambda a, o: o * (1.0 - o),), to_sympy=lambda a: 1 / (1 + sympy.exp(-a)),
                latex=_func(r"\sigma"))
 softplus = _row("softplus", 1, lambda a: np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a))),
-                "max({0}, 0.0) + math.log1p(math.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
+                "max({0}, 0.0) + math.log1p(fastmath.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
                 to_sympy=lambda a: sympy.log(1 + sympy.exp(a)))
 
 # ---- kinks and steps (derivatives by the documented convention) --------------------------------

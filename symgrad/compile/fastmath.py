@@ -1,0 +1,127 @@
+"""exp, expm1 and tanh for compiled loops, in arithmetic LLVM vectorises.
+
+Numba calls the C library for ``math.exp`` and ``math.tanh``: one call per element, which LLVM
+cannot vectorise without a vector math library (this llvmlite has no SVML), so a loop of 8192
+``tanh`` took 65 µs where NumPy's SIMD loop takes 6.6 µs: the whole gap between a traced MLP and
+NumPy by hand. These are fdlibm's algorithms (``e_exp.c``, ``s_expm1.c``, musl's ``tanh``) with
+every branch a select, so a loop over them vectorises: exp 3.7x and tanh 3.8x faster than the
+library calls here. Accuracy against the C library, on millions of points from 1e-300 to the
+overflow thresholds: exp and expm1 within 1 ulp, tanh within 3 ulp (fdlibm's own bound is
+< 1 ulp for exp and expm1, < 2 ulp for tanh against the exact value); zeros keep their sign,
+infinities and nan are as the library's. Generated kernels call them as ``fastmath.exp(...)``
+(the op table's templates); the interpreter keeps NumPy's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+# What generated modules write to use these (the hash: a changed file never meets stale machine code).
+IMPORT = f"from symgrad.compile import fastmath  # {hashlib.blake2b(Path(__file__).read_bytes()).hexdigest()[:16]}"
+
+_LN2_HI, _LN2_LO, _INV_LN2 = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 1.44269504088896338700e+00
+_P1, _P2, _P3, _P4, _P5 = (1.66666666666666019037e-01, -2.77777777770155933842e-03, 6.61375632143793436117e-05,
+                           -1.65339022054652515390e-06, 4.13813679705723846039e-08)
+_Q1, _Q2, _Q3, _Q4, _Q5 = (-3.33333333333331316428e-02, 1.58730158725481460165e-03, -7.93650757867487942473e-05,
+                           4.00821782732936239552e-06, -2.01099218183624371326e-07)
+_EXP_MAX, _EXP_MIN = 709.782712893383973096, -745.13321910194110842
+_TINY = 2.2250738585072014e-308  # the smallest normal double
+
+
+@intrinsic
+def _bits_as_float(typingctx: Any, bits: Any) -> Any:
+    """The float64 whose bit pattern is the int64 ``bits`` (a no-op in machine code)."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@numba.njit(inline="always")
+def _scaled(y: float, k: float) -> float:
+    """y * 2.0 ** k for an integer-valued k in -1074 .. 1024, by two normal factors in turn (no
+    library call; 2 ** 1024 itself overflows, y * 2 ** 512 * 2 ** 512 need not)."""
+    n = np.int64(k)
+    half = n >> 1
+    return y * _bits_as_float((half + 1023) << 52) * _bits_as_float((n - half + 1023) << 52)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def exp(x: float) -> float:
+    """e ** x (fdlibm's e_exp.c: x = k ln2 + r, a rational approximation of e ** r, times 2 ** k).
+
+    >>> bool(abs(exp(1.0) - np.e) <= np.spacing(np.e)), exp(-800.0), exp(800.0)  # within 1 ulp
+    (True, 0.0, inf)
+    """
+    k = math.floor(x * _INV_LN2 + 0.5)
+    k = min(max(k, -1080.0), 1080.0)
+    hi = x - k * _LN2_HI
+    lo = k * _LN2_LO
+    r = hi - lo
+    rr = r * r
+    c = r - rr * (_P1 + rr * (_P2 + rr * (_P3 + rr * (_P4 + rr * _P5))))
+    y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+    out = _scaled(y, k)
+    out = math.inf if x > _EXP_MAX else out
+    out = 0.0 if x < _EXP_MIN else out
+    return out if x == x else x
+
+
+@numba.njit(inline="always", error_model="numpy")
+def expm1(x: float) -> float:
+    """e ** x - 1, accurate near 0 (fdlibm's s_expm1.c, each case computed and one selected).
+
+    >>> expm1(1e-20), expm1(-0.0), bool(abs(expm1(1.0) - (np.e - 1)) <= np.spacing(1.7))
+    (1e-20, -0.0, True)
+    >>> expm1(-800.0), expm1(800.0)
+    (-1.0, inf)
+    """
+    a = min(max(x, -40.0), 710.0)  # e ** -40 - 1 is -1 in doubles; beyond 710 it overflows
+    k = float(np.int64(a * _INV_LN2 + (0.5 if a >= 0.0 else -0.5)))  # C's truncation, as fdlibm
+    k = 0.0 if abs(a) <= 0.34657359027997264 else k  # |x| <= ln2 / 2: no reduction
+    hi = a - k * _LN2_HI
+    lo = k * _LN2_LO
+    r = hi - lo
+    c = (hi - r) - lo
+    hfx = 0.5 * r
+    hxs = r * hfx
+    r1 = 1.0 + hxs * (_Q1 + hxs * (_Q2 + hxs * (_Q3 + hxs * (_Q4 + hxs * _Q5))))
+    t = 3.0 - r1 * hfx
+    e = hxs * ((r1 - t) / (6.0 - r * t))
+    near = r - (r * e - hxs)  # k == 0
+    e = (r * (e - c) - c) - hxs
+    out = _scaled((r - (e + _scaled(1.0, -k))) + 1.0, k)  # 20 <= k <= 56
+    out = _scaled((1.0 - _scaled(1.0, -k)) - (e - r), k) if k < 20.0 else out  # 2 <= k < 20
+    out = _scaled(1.0 - (e - r), k) - 1.0 if k <= -2.0 or k > 56.0 else out
+    out = (-2.0 * (e - (r + 0.5)) if r < -0.25 else 1.0 + 2.0 * (r - e)) if k == 1.0 else out
+    out = 0.5 * (r - e) - 0.5 if k == -1.0 else out
+    out = near if k == 0.0 else out
+    out = math.inf if x > _EXP_MAX else out
+    return out if x == x else x
+
+
+@numba.njit(inline="always", error_model="numpy")
+def tanh(x: float) -> float:
+    """tanh x from one expm1 (musl's tanh: the argument and the formula chosen by |x|).
+
+    >>> tanh(-0.0), tanh(1e-300), bool(tanh(0.5) == np.tanh(0.5)), tanh(-30.0), tanh(np.inf)
+    (-0.0, 1e-300, True, -1.0, 1.0)
+    """
+    a = abs(x)
+    big = a > 0.5493061443340549  # log(3) / 2
+    low = a <= 0.2554128118829953  # log(5/3) / 2
+    t = expm1(-2.0 * a if low else min(2.0 * a, 40.0))
+    out = (1.0 - 2.0 / (t + 2.0)) if big else (-t if low else t) / (t + 2.0)
+    out = 1.0 if a > 20.0 else out
+    out = a if a < _TINY else out
+    out = math.copysign(out, x)
+    return out if x == x else x
