@@ -137,9 +137,9 @@ pow = _row("pow", 2, np.power, "{0} ** {1}",
 # ---- elementary functions -----------------------------------------------------------------
 exp = _row("exp", 1, np.exp, "fastmath.exp({0})", (lambda a, o: o,), ufunc=np.exp, to_sympy="exp",
            latex=(r"e^{", (0, 0), "}"))
-log = _row("log", 1, np.log, "math.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy="log",
+log = _row("log", 1, np.log, "fastmath.log({0})", (lambda a, o: 1.0 / a,), ufunc=np.log, to_sympy="log",
            latex=_func(r"\log"))
-log1p = _row("log1p", 1, np.log1p, "math.log1p({0})", (lambda a, o: 1.0 / (a + 1.0),), ufunc=np.log1p,
+log1p = _row("log1p", 1, np.log1p, "fastmath.log1p({0})", (lambda a, o: 1.0 / (a + 1.0),), ufunc=np.log1p,
              to_sympy=lambda a: sympy.log(1 + a))
 expm1 = _row("expm1", 1, np.expm1, "fastmath.expm1({0})", (lambda a, o: o + 1.0,), ufunc=np.expm1,
              to_sympy=lambda a: sympy.exp(a) - 1)
@@ -174,7 +174,7 @@ atanh = _row("atanh", 1, np.arctanh, "math.atanh({0})", (lambda a, o: 1.0 / (1.0
              ufunc=np.arctanh, aliases=("arctanh",), to_sympy="atanh")
 logaddexp = _row("logaddexp", 2, np.logaddexp,
                  "({0} + 0.6931471805599453 if {0} == {1} else "
-                 "max({0}, {1}) + math.log1p(fastmath.exp(-abs({0} - {1}))))",
+                 "max({0}, {1}) + fastmath.log1p(fastmath.exp(-abs({0} - {1}))))",
                  # sigmoid(a - b), not exp(a - out): one exp (not three calls) where only the derivative is used
                  (lambda a, b, o: sigmoid(a - b), lambda a, b, o: sigmoid(b - a)), commutative=True,
                  ufunc=np.logaddexp,
@@ -185,7 +185,7 @@ sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + f
                (lambda a, o: o * (1.0 - o),), to_sympy=lambda a: 1 / (1 + sympy.exp(-a)),
                latex=_func(r"\sigma"))
 softplus = _row("softplus", 1, lambda a: np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a))),
-                "max({0}, 0.0) + math.log1p(fastmath.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
+                "max({0}, 0.0) + fastmath.log1p(fastmath.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
                 to_sympy=lambda a: sympy.log(1 + sympy.exp(a)))
 
 # ---- kinks and steps (derivatives by the documented convention) --------------------------------
