@@ -67,6 +67,6 @@ def test_compiled_backends_use_them_and_agree_with_the_interpreter():
     exprs = [sg.exp(x), sg.expm1(x), sg.tanh(x), sg.sigmoid(x), sg.softplus(x), sg.logaddexp(x, 2 * x)]
     points = np.array([[-800.0], [-30.0], [-0.3], [-0.0], [1e-12], [0.7], [25.0], [800.0]])
     want = sg.compile(exprs, [x], backend="python").batch(points)
-    assert "fastmath.tanh(" in sg.compile(exprs, [x], backend="numba").source
+    assert "fastmath.tanh(" in sg.compile(exprs, [x], backend="numba").source  # (the library under that name)
     for backend in ("numba", "vm"):
         np.testing.assert_allclose(sg.compile(exprs, [x], backend=backend).batch(points), want, rtol=1e-15, atol=0)
