@@ -70,3 +70,17 @@ def test_compiled_backends_use_them_and_agree_with_the_interpreter():
     assert "fastmath.tanh(" in sg.compile(exprs, [x], backend="numba").source  # (the library under that name)
     for backend in ("numba", "vm"):
         np.testing.assert_allclose(sg.compile(exprs, [x], backend=backend).batch(points), want, rtol=1e-15, atol=0)
+
+
+def test_loops_call_fastmath_only_where_they_vectorise():
+    """Elementwise loops get fastmath; loops that reduce or also call the library (sin) get the C
+    library's, which is faster one element at a time."""
+    from symgrad.compile.loops import _library_where_scalar
+
+    lines = ["for i1 in range(9):", "    v2 = fastmath.tanh(x[i1])", "    t[i1] = v2",
+             "a3 = 0.0", "for i4 in range(9):", "    v5 = fastmath.exp(x[i4])", "    a3 = a3 + v5",
+             "for i6 in range(9):", "    v7 = math.sin(fastmath.log(x[i6]))", "    t[i6] = v7",
+             "v8 = fastmath.exp(a3)"]
+    got = _library_where_scalar(lines)
+    assert [line for line in got if "fastmath." in line] == ["    v2 = fastmath.tanh(x[i1])"]
+    assert "    v5 = math.exp(x[i4])" in got and "    v7 = math.sin(math.log(x[i6]))" in got
