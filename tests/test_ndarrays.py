@@ -233,6 +233,8 @@ def test_numpy_constants_in_traced_code_are_captured_as_parameters(monkeypatch):
     np.testing.assert_allclose(gradient, want_gradient, rtol=1e-11, atol=1e-13)
     t = sg.value_and_grad(fn, backend="python").trace(x0)
     assert {c.shape for c in t.constants} >= {(80,), (80, 6)}  # target (and arange), A: parameters
+    temporaries = sg.jit(lambda x: sum(np.sum(x * np.full(80, float(k))) for k in range(30)), backend="python")
+    assert temporaries(x0) == pytest.approx(np.sum(x0) * sum(range(30)), rel=1e-12)  # each array its own
     per_row = sg.vmap(sg.grad(lambda w, a: np.sum((a * w - target[:6]) ** 2)), in_axes=(None, 0), backend="python")
     w = rng.normal(size=6)
     np.testing.assert_allclose(per_row(w, A), 2 * (A * w - target[:6]) * A, rtol=1e-12)

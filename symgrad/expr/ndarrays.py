@@ -37,7 +37,7 @@ def is_array(v: Any) -> bool:
 
 
 class _Captured(threading.local):
-    """The constant arrays met while a function is traced: {id: (the array, its node)}."""
+    """The constant arrays met while a function is traced: {id: (its node, its values, the array)}."""
 
     arrays: dict | None = None
 
@@ -67,7 +67,7 @@ def capturing() -> Iterator[dict]:
     try:
         yield found
     finally:
-        found.update(_captured.arrays.values())
+        found.update((node, values) for node, values, _ in _captured.arrays.values())
         _captured.arrays = None
 
 
@@ -89,7 +89,9 @@ def operand(a: Any) -> Any:
     if key not in _captured.arrays:
         values = np.array(a, dtype=np.float64)  # a copy: the values when traced, as JAX captures them
         node = rolled.array(f"const#{next(_names)}", a.shape)
-        _captured.arrays[key] = (node, values)  # (the dict holds the copy, so the id is not reused)
+        # The array itself is held until the trace ends: a temporary freed meanwhile would let a
+        # later array take its id and be read as this one.
+        _captured.arrays[key] = (node, values, a)
     return _captured.arrays[key][0]
 
 
