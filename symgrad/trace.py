@@ -297,19 +297,13 @@ class Trace:
         flat = as_expr_list(flat) if flat else []
         return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
 
-    def _rolled_matrix(self, outs: list, out_shapes: list, Out: Any, W: Any, aux: list, aux_blocks: list) -> tuple:
-        """Jacobian / Hessian blocks of rolled arrays: one rolled array per (output, input) block."""
-        if self.owner.rule.scalar_out:  # a Hessian
-            rows, row_shapes, tree = symbolic.hessian(outs[0], self.inputs), self.wrt_shapes, W
-        else:
-            rows = [symbolic.jacobian(o, self.inputs) if o.op.array_valued else symbolic.grad(o, self.inputs)
-                    for o in outs]
-            row_shapes, tree = out_shapes, Out
+    def _rolled_matrix(self, rows: list, row_shapes: list, tree: Any, c: _Outputs) -> tuple:
+        """Jacobian / Hessian blocks of rolled arrays: ``rows[a][b]``, one rolled array per (row, input)."""
         flat = [row[b] for row in rows for b in range(len(self.inputs))]
         blocks = [(ra + sb, db) for ra in row_shapes for sb, db in zip(self.wrt_shapes, self.wrt_dtypes)]
         n_in = len(self.wrt_shapes)
-        nest = lambda p: tree([W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])  # noqa: E731
-        return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
+        nest = lambda p: tree([c.W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])  # noqa: E731
+        return [*flat, *c.aux], flat, blocks + c.aux_blocks, self._with_aux(nest, len(blocks))
 
     def _with_aux(self, structure: Any, n: int) -> Any:
         """JAX's has_aux results: (result, aux), the aux leaves after the first ``n`` blocks."""
@@ -484,7 +478,8 @@ def _vjp(t: Trace, c: _Outputs) -> tuple:
 
 def _jacobian(t: Trace, c: _Outputs) -> tuple:
     if t.indexed:
-        return t._rolled_matrix(c.outs, c.shapes, c.Out, c.W, c.aux, c.aux_blocks)
+        rows = [(symbolic.jacobian if o.op.array_valued else symbolic.grad)(o, t.inputs) for o in c.outs]
+        return t._rolled_matrix(rows, c.shapes, c.Out, c)
     if c.sparse:
         J = sparse_jacobian(c.outs, t.inputs)
         return J, J, None, None
@@ -495,7 +490,7 @@ def _jacobian(t: Trace, c: _Outputs) -> tuple:
 
 def _hessian(t: Trace, c: _Outputs) -> tuple:
     if t.indexed:
-        return t._rolled_matrix(c.outs, c.shapes, c.Out, c.W, c.aux, c.aux_blocks)
+        return t._rolled_matrix(symbolic.hessian(c.outs[0], t.inputs), t.wrt_shapes, c.W, c)
     if c.sparse:
         H = sparse_hessian(c.outs[0], t.inputs)
         return H, H, None, None
@@ -643,8 +638,7 @@ class Function:
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
         """Array arguments as rolled arrays where the transform takes them; where fn does something
         that has no rolled form, element by element (object arrays of variables), as before."""
-        if self.rule.rolled and not self.sparse and (self._large(args, kwargs) or
-                                                                          not self._fallback):
+        if self.rule.rolled and not self.sparse and (not self._fallback or self._large(args, kwargs)):
             try:
                 return Trace(self, args, kwargs, indexed=True)
             except (TracingError, NotImplementedError, TypeError) as e:
