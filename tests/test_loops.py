@@ -140,3 +140,6 @@ def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
         vg = sg.value_and_grad(f, [x]).ready()
     v = np.linspace(-1.0, 1.0, 50)
     assert vg.backend == "vm" and vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(vg)).backend == "vm"

@@ -127,8 +127,9 @@ class Compiled:
         >>> sg.compile(x * x, [x], backend="vm").ready().backend
         'vm'
         """
-        if self._final is not None:
-            self._final.result()
+        final = self._final
+        if final is not None:
+            final.result()
         return self
 
     def _upgrade(self, make: Any) -> Compiled:
@@ -140,6 +141,7 @@ class Compiled:
             except Exception as e:  # (out of memory in LLVM, say): the loop VM goes on running it
                 warnings.warn(f"symgrad: compiling a loop program failed ({type(e).__name__}: {e}); "
                               "it runs on the loop VM", stacklevel=1)
+                self._final = None  # (and it pickles as the VM it runs on)
                 return
             self._kernels, self._source, self.backend = kernels.kernel, kernels.source, kernels.backend
             self._point = point
