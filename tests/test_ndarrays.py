@@ -238,3 +238,15 @@ def test_numpy_constants_in_traced_code_are_captured_as_parameters(monkeypatch):
     per_row = sg.vmap(sg.grad(lambda w, a: np.sum((a * w - target[:6]) ** 2)), in_axes=(None, 0), backend="python")
     w = rng.normal(size=6)
     np.testing.assert_allclose(per_row(w, A), 2 * (A * w - target[:6]) * A, rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: np.sum(np.reshape(x, (8, 10), order="F")[0] * x[:10]),
+    lambda x: np.sum(np.ravel(x.reshape(8, 10), order="F")[:10] * x[:10]),
+    lambda x: np.prod(x[:5], initial=2.0) + np.sum(x),
+])
+def test_options_without_a_rolled_form_are_never_ignored(fn):
+    """np.reshape(order="F"), np.prod(initial=...): no rolled form, so the element trace: NumPy's numbers."""
+    x0 = np.cos(np.arange(80.0))
+    assert sg.jit(fn, backend="python")(x0) == pytest.approx(fn(x0), rel=1e-13)
+    assert _rolled_inputs(fn, (x0,)) == ["var"] * 80

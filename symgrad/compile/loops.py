@@ -745,7 +745,7 @@ def total(x, P, acc, lo, hi):
 
 def numba_kernels(program: LoopProgram) -> Kernels:
     """Numba loop kernels for ``program`` (the loop VM's past ``$SYMGRAD_MAX_PROGRAMS``)."""
-    name = f"loops_{program.key}"
+    name = _module_name(program)
     if not cache.has_room(name):
         cache.warn_once("loop programs", f"{cache.max_programs()} programs are compiled with Numba in this "
                         "process (its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new rolled ones run "
@@ -758,8 +758,12 @@ def numba_kernels(program: LoopProgram) -> Kernels:
 
 def numba_on_disk(program: LoopProgram) -> bool:
     """Whether Numba's machine code for ``program`` is in the disk cache (ready in a moment)."""
-    name = f"loops_{program.key}"
+    name = _module_name(program)
     return cache.has_room(name) and cache.on_disk(cache.load(name, program.source), "point")
+
+
+def _module_name(program: LoopProgram) -> str:
+    return f"loops_{program.key}"
 
 
 def python_kernels(program: LoopProgram) -> Kernels:

@@ -640,6 +640,8 @@ def norm(x: Expr, ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
     5.0
     """
     vector = axis is not None and np.ndim(axis) == 0 or axis is None and x.ndim == 1
+    if vector and ord == "fro":
+        raise ValueError("Invalid norm order 'fro' for vectors")
     absolute = elementwise(lambda v: apply(ops.OPS["abs"], (v,)), (x,))
     if ord in (None, 2, "fro") and (vector or ord != 2):
         return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)),
@@ -667,6 +669,9 @@ def prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
     >>> sg.evaluate(prod(A, axis=1), {A: [[1, 2, 3], [4, 5, 6]]})
     array([  6., 120.])
     """
+    if out is not None or rest:
+        raise TracingError(f"np.prod(..., {', '.join(['out', *rest] if out is not None else rest)}) on a traced "
+                           "array has no rolled form")
     if not is_array(a):
         return a
     axes = sorted(_axes(axis, a.ndim))
@@ -689,16 +694,19 @@ def prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
 FUNCTIONS: dict[Any, Any] = {
     np.sum: _reducer("sum"), np.max: _reducer("max"), np.amax: _reducer("max"), np.min: _reducer("min"),
     np.amin: _reducer("min"), np.mean: _mean, np.dot: _dot, np.matmul: matmul,
-    np.transpose: transpose, np.reshape: lambda a, shape, order="C": reshape(a, shape),
-    np.ravel: lambda a, order="C": reshape(a, -1), np.where: _where,
-    np.clip: lambda a, lo, hi, out=None: elementwise(
+    np.transpose: transpose, np.where: _where,
+    np.reshape: lambda a, shape, order="C": reshape(a, shape) if order == "C" else _no_form(
+        f"np.reshape({order=})"),
+    np.ravel: lambda a, order="C": reshape(a, -1) if order == "C" else _no_form(f"np.ravel({order=})"),
+    np.clip: lambda a, lo, hi, out=None: _no_form("np.clip(..., out=...)") if out is not None else elementwise(
         lambda v, p, q: apply(ops.OPS["minimum"], (apply(ops.OPS["maximum"], (v, p)), q)), (a, lo, hi)),
     np.var: var, np.std: std, np.concatenate: concatenate, np.stack: stack, np.einsum: einsum,
     np.tensordot: tensordot,
-    np.outer: lambda a, b, out=None: einsum("i,j->ij", reshape(a, -1), reshape(b, -1)),
+    np.outer: lambda a, b, out=None: einsum("i,j->ij", reshape(a, -1), reshape(b, -1), out=out),
     np.inner: lambda a, b: einsum("i,i->", a, b) if a.ndim == b.ndim == 1 else _no_form("np.inner"),
-    np.hstack: lambda arrays, **kw: concatenate(arrays, 0 if list(arrays)[0].ndim == 1 else 1),
-    np.vstack: lambda arrays, **kw: concatenate([a if a.ndim > 1 else reshape(a, (1, a.size)) for a in arrays], 0),
+    np.hstack: lambda arrays, **kw: concatenate(arrays, 0 if list(arrays)[0].ndim == 1 else 1, **kw),
+    np.vstack: lambda arrays, **kw: concatenate([a if a.ndim > 1 else reshape(a, (1, a.size)) for a in arrays], 0,
+                                                **kw),
     np.split: split, np.array_split: lambda a, sections, axis=0: split(a, sections, axis, even=False),
     np.moveaxis: moveaxis, np.swapaxes: lambda a, i, j: moveaxis(a, [i, j], [j, i]), np.squeeze: squeeze,
     np.pad: pad, np.linalg.norm: norm, np.prod: prod,
