@@ -72,7 +72,8 @@ class Batched:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         axes = _in_axes(self.in_axes, len(args), self.__name__)
         leaves, treedef = pytree.flatten((args, kwargs))
-        leaf_axes = [a for arg, axis in zip((*args, *kwargs.values()), (*axes, *[0] * len(kwargs)))
+        in_order = (*args, *(kwargs[k] for k in sorted(kwargs)))  # pytree's order: a dict's keys sorted
+        leaf_axes = [a for arg, axis in zip(in_order, (*axes, *[0] * len(kwargs)))
                      for a in _per_leaf(arg, axis, self.__name__)]
         size = _size(leaves, leaf_axes, self.__name__)
         if all(_is_rolled(leaf) for leaf, a in zip(leaves, leaf_axes) if a is not None):
@@ -82,14 +83,14 @@ class Batched:
     def _rolled(self, leaves: list, leaf_axes: list, treedef: Any, size: int) -> Any:
         """One call of fn on placeholders for a row, then the batch as an extra index."""
         k = next(_fresh)
-        b = rolled.index(f"b#{k}", size)
+        b = rolled.fresh_index(rolled.index("b", size))  # (named from the one counter derivatives use)
         mapped, row_leaves = {}, []
         for n, (leaf, axis) in enumerate(zip(leaves, leaf_axes)):
             if axis is None:
                 row_leaves.append(leaf)
                 continue
             shape = tuple(d for i, d in enumerate(leaf.shape) if i != axis)
-            row = rolled.array(f"row{k}_{n}", shape) if shape else Var(f"row{k}_{n}")
+            row = rolled.array(f"row#{k}_{n}", shape) if shape else Var(f"row#{k}_{n}")
             mapped[row] = (leaf, axis)
             row_leaves.append(row)
         row_args, row_kwargs = pytree.unflatten(treedef, row_leaves)

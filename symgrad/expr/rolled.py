@@ -385,7 +385,7 @@ def costly(node: Expr) -> bool:
     >>> costly(subscript(x, i) * 2.0), costly(reduce("sum", subscript(x, i), i))
     (False, True)
     """
-    template = node.op.numba or ""
+    template = node.op.numba or ""  # ("math." also finds fastmath.'s calls)
     return node.op.name in ("sum", "max", "min") or "math." in template or "np." in template
 
 
