@@ -244,6 +244,7 @@ def test_numpy_constants_in_traced_code_are_captured_as_parameters(monkeypatch):
     lambda x: np.sum(np.reshape(x, (8, 10), order="F")[0] * x[:10]),
     lambda x: np.sum(np.ravel(x.reshape(8, 10), order="F")[:10] * x[:10]),
     lambda x: np.prod(x[:5], initial=2.0) + np.sum(x),
+    lambda x: np.mean(x, where=np.arange(80) % 3 == 0) + x.mean(where=np.arange(80) < 7),
 ])
 def test_options_without_a_rolled_form_are_never_ignored(fn):
     """np.reshape(order="F"), np.prod(initial=...): no rolled form, so the element trace: NumPy's numbers."""

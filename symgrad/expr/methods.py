@@ -122,7 +122,7 @@ for _kind in ("sum", "max", "min"):
     setattr(Expr, _kind, lambda self, axis=None, dtype=None, out=None, keepdims=False, _kind=_kind, **rest:
             ndarrays.FUNCTIONS[getattr(np, _kind)](self, axis=axis, out=out, keepdims=keepdims, **rest))
 Expr.mean = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.FUNCTIONS[np.mean](
-    self, axis=axis, out=out, keepdims=keepdims)
+    self, axis=axis, out=out, keepdims=keepdims, **rest)
 Expr.T = property(lambda self: ndarrays.transpose(self) if self.op.array_valued else self)
 Expr.transpose = lambda self, *axes: ndarrays.transpose(self, axes[0] if len(axes) == 1 and isinstance(
     axes[0], tuple | list) else axes or None) if self.op.array_valued else self

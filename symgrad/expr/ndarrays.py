@@ -366,9 +366,11 @@ def _reducer(kind: str) -> Any:
     return run
 
 
-def _mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> Any:
-    if out is not None:
-        raise TracingError("np.mean(..., out=...) on a traced array has no rolled form")
+def _mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False,
+          **rest: Any) -> Any:
+    if out is not None or any(v is not np._NoValue for v in rest.values()):
+        raise TracingError(f"np.mean(..., {', '.join(['out', *rest] if out is not None else rest)}) on a traced "
+                           "array has no rolled form")
     return mean(a, axis, keepdims)
 
 
