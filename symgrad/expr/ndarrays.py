@@ -177,6 +177,8 @@ def getitem(arr: Expr, key: Any) -> Expr:
     if any(isinstance(k, np.ndarray | list) for k in key):
         return take(arr, key)
     n_axes = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_axes > arr.ndim:
+        raise IndexError(f"too many indices for array: array is {arr.ndim}-dimensional, but {n_axes} were indexed")
     if Ellipsis in key:
         at = key.index(Ellipsis)
         key = key[:at] + (slice(None),) * (arr.ndim - n_axes) + key[at + 1:]
