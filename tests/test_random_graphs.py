@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from sympy_ref import close, numeric
 
 import symgrad as sg
+from symgrad.expr.traverse import topo_order
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -64,7 +65,10 @@ def test_printing_parses_back_and_sympy_round_trips(f, p):
     value = sg.evaluate(f, point)
     assume(np.isfinite(value))
     assert close(sg.evaluate(sg.parse(str(f)), point), value, rtol=1e-12)
-    assert close(sg.evaluate(sg.from_sympy(sg.to_sympy(f)), point), value, rtol=1e-9)
+    # SymPy's x/0 is the unsigned zoo, NumPy's a signed inf (0.5 // (x < 0) is inf): SymPy's values
+    # agree where every intermediate value is finite
+    if all(np.isfinite(sg.evaluate(n, point)) for n in topo_order([f])):
+        assert close(sg.evaluate(sg.from_sympy(sg.to_sympy(f)), point), value, rtol=1e-9)
     assert sg.structural_hash(sg.expr.traverse.from_flat(*sg.expr.traverse.to_flat(f))) == sg.structural_hash(f)
 
 

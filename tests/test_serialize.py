@@ -142,7 +142,8 @@ def test_compiled_and_traced_functions_work_in_worker_processes():
     traced = sg.grad(_rosen, backend="vm")
     points = [np.array([1.0, 2.0]), np.array([0.5, -1.0])]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        got = pool.map(_apply, [(compiled, p) for p in points] + [(traced, p) for p in points])
+        # (a task a worker fails to unpickle kills that worker and is lost: without a timeout map waits forever)
+        got = pool.map_async(_apply, [(compiled, p) for p in points] + [(traced, p) for p in points]).get(300)
     for p, (value, g) in zip(points, got[:2]):
         assert value == pytest.approx(p[0] ** 2 * p[1]) and g == pytest.approx([2 * p[0] * p[1], p[0] ** 2])
     for p, g in zip(points, got[2:]):

@@ -40,3 +40,10 @@ def test_n_ary_min_and_max_from_sympy_fold_pairwise():
     a, b, c = sympy.symbols("a b c")
     f = sg.from_sympy(sympy.Min(0.5, a, b, c) + sympy.Max(a, b, c))
     assert sg.evaluate(f, {"a": 2.0, "b": -1.0, "c": 3.0}) == -1.0 + 3.0
+
+
+def test_to_sympy_names_a_comparison_sympy_cannot_build():
+    """0.5 // (x < 0) is inf in NumPy where x >= 0; SymPy makes it zoo, which it refuses to compare."""
+    x0, x2 = sg.symbols("x0 x2")
+    with pytest.raises(ValueError, match=r"to_sympy: SymPy cannot build lt\(.*unsigned zoo"):
+        sg.to_sympy(x0 + ((0.5 // (-(x2 + 1.0) < 0.5)) < 0.5))

@@ -36,7 +36,8 @@ def to_sympy(exprs: Any) -> Any:
 
     Rolled expressions become SymPy's indexed forms: ``Sum`` over an ``Idx``, ``IndexedBase``
     loads, and a ``Lambda`` of the indices for a tensor (max / min over an index, tables and
-    scatters have none: unroll first).
+    scatters have none: unroll first). Values agree with symgrad's wherever no intermediate
+    value is infinite or nan: SymPy's ``x/0`` is the unsigned ``zoo``, NumPy's a signed inf.
     """
     roots = as_expr_list(exprs)
     done: dict[Expr, Any] = {}
@@ -51,7 +52,12 @@ def to_sympy(exprs: Any) -> Any:
         elif node.op.to_sympy is None:
             raise TypeError(f"to_sympy: {name} nodes have no SymPy form (use unroll(...) first)")
         else:
-            done[node] = _sympy_function(node.op)(*(done[a] for a in node.args))
+            args = [done[a] for a in node.args]
+            try:
+                done[node] = _sympy_function(node.op)(*args)
+            except TypeError as e:  # SymPy refusing to compare zoo or nan, which its 1/0 makes
+                raise ValueError(f"to_sympy: SymPy cannot build {name}{tuple(args)}: {e} (SymPy's x/0 is the "
+                                 "unsigned zoo, where NumPy's is a signed inf)") from None
     return _like(exprs, [done[r] for r in roots])
 
 
