@@ -36,6 +36,24 @@ def rosen(x):
     return f, g
 
 
+@numba.njit(error_model="numpy")
+def running(x):
+    """sum(cumsum(x) ** 2) and its gradient (the running sum of 2 * cumsum(x), backwards)."""
+    n = x.shape[0]
+    c = np.empty(n)
+    f, s = 0.0, 0.0
+    for i in range(n):
+        s += x[i]
+        c[i] = s
+        f += s * s
+    g = np.empty(n)
+    s = 0.0
+    for i in range(n - 1, -1, -1):
+        s += 2.0 * c[i]
+        g[i] = s
+    return f, g
+
+
 @numba.njit(parallel=True, error_model="numpy")
 def p4(X, out):
     for i in numba.prange(X.shape[0]):

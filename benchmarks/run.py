@@ -628,6 +628,17 @@ def numpy_code() -> None:
         f = jax.jit(jax.vmap(jax.grad(lambda w, x, y: jnp.logaddexp(0.0, x @ w) - y * (x @ w)), (None, 0, 0)))
         jax.block_until_ready(f(w, X, y))
         row(problem, "JAX jit(vmap(grad))", "per call", per_call(lambda: jax.block_until_ready(f(w, X, y))), base)
+    v = np.linspace(-1.0, 1.0, 10**6)
+    problem = "running sums n=10^6, sum(cumsum(x)**2), traced NumPy code"
+    base = per_call(hand.running, v)
+    row(problem, "hand-written @njit loop", "per call", base, base)
+    _, vg = first_and_per_call(problem, "symgrad value_and_grad(fn)", base, v,
+                               lambda x: _called(sg.value_and_grad(lambda x: np.sum(np.cumsum(x) ** 2)), x), v)
+    assert np.allclose(vg(v)[1], hand.running(v)[1])
+    if HAVE["jax"]:
+        f = jax.jit(jax.value_and_grad(lambda x: jnp.sum(jnp.cumsum(x) ** 2)))
+        jax.block_until_ready(f(v))
+        row(problem, "JAX jit(value_and_grad)", "per call", per_call(lambda: jax.block_until_ready(f(v))), base)
     big = rng.normal(size=10**6)
     t, _ = first(lambda: _called(sg.value_and_grad(lambda a, data: np.sum(a * data) ** 2 + a ** 2), 0.5, big))
     row("a 10^6-element data argument, traced NumPy code", "symgrad value_and_grad(fn)", "first result", t, None,

@@ -67,6 +67,11 @@ def unflatten(treedef: Any, leaves: list) -> Any:
     >>> unflatten(flatten([1.0, (2.0, 3.0)])[1], ["a", "b", "c"])
     ['a', ('b', 'c')]
     """
+    if treedef is LEAF:
+        return leaves[0]
+    kind, children = treedef
+    if (kind is tuple or kind is list) and all(c is LEAF for c in children):  # (one flat level: each call)
+        return kind(leaves)
     items = iter(leaves)
     # Each frame: (treedef, children built so far); a node is built once all its children are.
     stack: list = [(treedef, [])]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import threading
 import warnings
 from collections import OrderedDict
@@ -45,7 +46,7 @@ from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian
-from symgrad.expr.traverse import as_expr_list, substitute
+from symgrad.expr.traverse import as_expr_list, substitute, topo_order
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
 # Where an array argument has at least this many elements, array arguments trace as rolled arrays
@@ -53,6 +54,11 @@ MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped f
 # (straight-line code is the faster at that size).
 ROLLED_MIN = 64
 NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one warning)
+# A rolled trace of at least NESTS_MIN scalar nodes whose elements number at most UNROLLED_MAX is
+# traced element by element instead: a Python loop over short arrays (an RNN's time steps over a
+# hidden state of 8) makes thousands of loop nests of a few iterations each, too many for Numba to
+# compile quickly and slow on the loop VM (the rnn example: 18 ms a call rolled, 0.5 ms unrolled).
+NESTS_MIN, UNROLLED_MAX = 500, 10**5
 _F64 = np.dtype(np.float64)
 _SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
 _fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
@@ -182,6 +188,27 @@ def _pieces(flat: np.ndarray, blocks: list[tuple[tuple, Any]]) -> list:
     return out
 
 
+def _scalar_at(k: int, kind: type, flat: np.ndarray) -> Any:
+    return kind(flat[k])
+
+
+def _block_at(where: slice, shape: tuple, dtype: Any, flat: np.ndarray) -> np.ndarray:
+    piece = flat[where].reshape(shape)
+    return piece if dtype is None else piece.astype(dtype)
+
+
+def _refuse_fragments(outputs: list[Expr], who: str) -> None:
+    """Raise TracingError where rolled arrays cost more than elements (see NESTS_MIN)."""
+    nodes = elements = 0
+    for node in topo_order(outputs):
+        if node.free or node.args and not node.op.array_valued:
+            nodes += 1
+            elements += math.prod(i.payload[1] for i in node.free)
+    if nodes >= NESTS_MIN and elements <= UNROLLED_MAX:
+        raise TracingError(f"{who}: {nodes} rolled nodes for {elements} elements (many short loops: a Python "
+                           "loop over small arrays) trace faster element by element")
+
+
 def _blocks(shapes: list[tuple], dtypes: list[Any]) -> list[tuple[tuple, Any]]:
     return list(zip(shapes, dtypes))
 
@@ -229,6 +256,8 @@ class Trace:
                 result, aux = result
             self.exprs = result
             self.outputs, self.out_tree = _out_leaves(result, who)
+            if indexed and not fresh:
+                _refuse_fragments([e for exprs, _ in self.outputs for e in exprs], who)
             self.aux, self.aux_tree = _out_leaves(aux, f"{who} (aux)") if owner.has_aux else ([], None)
             self.extra = self._extra_variables(tag)
             derived = self._derive(sparse=owner.sparse and not fresh)
@@ -318,7 +347,22 @@ class Trace:
         """The result in its structure, from the flat outputs (floats, or expressions)."""
         if self._structure is None:  # a sparse matrix, as compiled
             return flat
-        return self._structure(_pieces(flat, self.blocks))
+        if flat.dtype == object:
+            return self._structure(_pieces(flat, self.blocks))
+        return self._structure([cut(flat) for cut in self._cuts])
+
+    @functools.cached_property
+    def _cuts(self) -> list:
+        """For each block, what takes it out of numeric flat outputs (computed once: each call uses them)."""
+        cuts, lo = [], 0
+        for shape, dtype in self.blocks:
+            n = math.prod(shape)
+            if shape == ():
+                cuts.append(functools.partial(_scalar_at, lo, float if dtype is None else dtype.type))
+            else:
+                cuts.append(functools.partial(_block_at, slice(lo, lo + n), shape, dtype))
+            lo += n
+        return cuts
 
     @functools.cached_property
     def compiled(self) -> compiled.Compiled:

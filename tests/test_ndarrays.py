@@ -63,6 +63,9 @@ PROGRAMS = {
     + np.sum(x[:24].reshape(2, 3, 4) @ x[24:48].reshape(2, 4, 3))
     + np.sum(x[:24].reshape(2, 1, 3, 4) @ x[24:72].reshape(4, 4, 3))
     + np.sum(x[:12] @ x[12:72].reshape(5, 12, 1)) + np.sum(np.matmul(x[:60].reshape(5, 3, 4), x[60:64])),
+    "cumsum": lambda x: np.sum(np.cumsum(x) ** 2) * 1e-2 + np.sum(np.add.accumulate(x[::-1])[5:] * x[5:])
+    + np.sum(np.cumsum(x.reshape(8, 10), axis=1)[:, 1::3] * np.cumsum(np.sin(x.reshape(8, 10)), axis=0)[:, ::4])
+    + np.sum(x.reshape(4, 20).cumsum(-1).cumsum(0) ** 3) + np.sum(np.cumsum(x.reshape(2, 4, 10), axis=1) ** 2),
     "prod": lambda x: np.sum(np.prod(x.reshape(8, 10)[:, :4], axis=1))
     + np.sum(x.reshape(20, 4).prod(axis=1, keepdims=True) * x[:20, None]) + np.prod(x[:5]) + np.prod(x[7:8] * 2.0),
 }
@@ -137,14 +140,75 @@ def test_data_arguments_are_parameter_arrays_and_new_values_do_not_retrace():
 
 def test_constructs_without_a_rolled_form_fall_back_to_the_element_trace():
     def fn(x):
-        return np.sum(np.cumsum(x) ** 2)
+        return np.sum(np.cumprod(1.0 + 0.01 * x))
 
     x0 = np.linspace(0.0, 1.0, 70)
     value, gradient = sg.value_and_grad(fn, backend="vm")(x0)
-    c = np.cumsum(x0)
-    assert value == pytest.approx(np.sum(c ** 2), rel=1e-12)
-    np.testing.assert_allclose(gradient, 2 * np.cumsum(c[::-1])[::-1], rtol=1e-12)
+    y = 1.0 + 0.01 * x0
+    c = np.cumprod(y)
+    assert value == pytest.approx(np.sum(c), rel=1e-12)
+    np.testing.assert_allclose(gradient, 0.01 * np.cumsum(c[::-1])[::-1] / y, rtol=1e-12)
     assert _rolled_inputs(fn, (x0,)) == ["var"] * 70
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.data())
+def test_cumsum_along_any_axis_equals_numpy_and_its_gradient_the_element_trace(shape, data):
+    """Running sums are one sequential loop (not unrolled): NumPy's numbers, on the VM as in the
+    interpreter, and the gradient (reversed running sums) equal to the element trace's."""
+    axis = data.draw(st.sampled_from([None, *range(-len(shape), len(shape))]))
+    flip = data.draw(st.booleans())
+    rows = int(np.ceil(64 / np.prod(shape)))  # a leading axis: rolled from 64 elements on
+    x0 = np.cos(np.arange(rows * np.prod(shape)) * 0.7).reshape(rows, *shape)
+    w = np.sin(np.arange(x0.size) * 1.1)
+
+    def fn(x):
+        c = np.cumsum(np.tanh(x)[..., ::-1] if flip else np.tanh(x), axis=axis)
+        return np.sum(c ** 2 * w.reshape(c.shape))
+
+    assert _rolled_inputs(fn, (x0,)) == ["array"]
+    got = {b: sg.value_and_grad(fn, backend=b)(x0) for b in ("python", "vm")}
+    trace.ROLLED_MIN, saved = 10**9, trace.ROLLED_MIN
+    try:
+        want_value, want_gradient = sg.value_and_grad(fn, backend="python")(x0)
+    finally:
+        trace.ROLLED_MIN = saved
+    for value, gradient in got.values():
+        assert value == pytest.approx(fn(x0), rel=1e-12)
+        assert value == pytest.approx(want_value, rel=1e-12)
+        np.testing.assert_allclose(gradient, want_gradient, rtol=1e-10, atol=1e-12)
+
+
+def test_cumsum_compiles_to_a_loop_and_composes_with_every_transform():
+    """Numba's loops (forward and reversed), Jacobians and Hessians (rolled), vmap, vjp: against
+    the same functions written with NumPy by hand."""
+    rng = np.random.default_rng(3)
+    x0 = rng.normal(size=(12, 9))
+    fn = lambda x: np.sum(np.cumsum(np.sin(x), axis=0) ** 2) + np.sum(np.cumsum(x[:, ::-1], axis=1) * x)  # noqa: E731
+    value, gradient = sg.value_and_grad(fn, backend="numba")(x0)
+    s = np.cumsum(np.sin(x0), axis=0)
+    # sum(C * x) with C = cumsum(x[:, ::-1], 1): x[r, m] is in C[r, c] for c >= n-1-m, whose x sum to C[r, m]
+    by_hand = np.cos(x0) * np.cumsum((2 * s)[::-1], axis=0)[::-1] + 2 * np.cumsum(x0[:, ::-1], axis=1)
+    assert value == pytest.approx(fn(x0), rel=1e-12)
+    np.testing.assert_allclose(gradient, by_hand, rtol=1e-11)
+    assert "for s0 in range(11, -1, -1):" in sg.value_and_grad(fn, backend="numba").trace(x0).source
+    J = sg.jacobian(lambda x: np.cumsum(x ** 2, axis=1))(x0)
+    assert sg.jacobian(lambda x: np.cumsum(x ** 2, axis=1)).trace(x0).indexed
+    want = np.zeros((12, 9, 12, 9))
+    for r in range(12):
+        for c in range(9):
+            want[r, c, r, :c + 1] = 2 * x0[r, :c + 1]
+    np.testing.assert_allclose(J, want, rtol=1e-13)
+    H = sg.hessian(lambda x: np.sum(np.cumsum(x) ** 2))(x0[:8])  # 72 elements: rolled
+    L = np.tril(np.ones((72, 72)))
+    np.testing.assert_allclose(H.reshape(72, 72), 2 * L.T @ L, rtol=1e-13)
+    X = rng.normal(size=(30, 70))
+    per_row = sg.vmap(sg.grad(lambda w, x: np.sum(np.cumsum(w * x) ** 2)), in_axes=(None, 0))(X[0], X)
+    for w_row, x in zip(per_row, X):
+        np.testing.assert_allclose(w_row, x * 2 * np.cumsum(np.cumsum(X[0] * x)[::-1])[::-1], rtol=1e-11)
+    out, back = sg.vjp(lambda x: np.cumsum(x, axis=0), x0)
+    np.testing.assert_allclose(out, np.cumsum(x0, axis=0), rtol=1e-14)
+    np.testing.assert_allclose(back(np.ones_like(x0))[0], np.arange(12, 0, -1.0)[:, None] * np.ones((1, 9)))
 
 
 def test_hvp_and_jit_on_rolled_arrays():
@@ -251,3 +315,62 @@ def test_options_without_a_rolled_form_are_never_ignored(fn):
     x0 = np.cos(np.arange(80.0))
     assert sg.jit(fn, backend="python")(x0) == pytest.approx(fn(x0), rel=1e-13)
     assert _rolled_inputs(fn, (x0,)) == ["var"] * 80
+
+
+@pytest.mark.parametrize("key", [(Ellipsis, slice(None, None, -1)), (0, Ellipsis), (Ellipsis, 1, None),
+                                 (None, Ellipsis, 2), (Ellipsis,), (1, Ellipsis, 3), (Ellipsis, 1, 2, 3)])
+def test_an_ellipsis_stands_for_the_axes_the_key_leaves_out(key):
+    """x[..., ::-1] on a 3-D array reverses the last axis (it took one axis too many before)."""
+    x, v = sg.array("x", (3, 4, 5)), np.arange(60.0).reshape(3, 4, 5)
+    np.testing.assert_array_equal(sg.evaluate(x[key], {x: v}), v[key])
+
+
+def test_a_python_loop_over_short_arrays_traces_element_by_element():
+    """Thousands of loop nests of 8 iterations (a recurrence stepped in Python) run faster as
+    straight-line code: the trace goes element by element; a few steps stay rolled."""
+    def loss(W, xs, steps):
+        h, total = np.zeros(8), 0.0
+        for t in range(steps):
+            h = np.tanh(W @ h + xs[t])
+            total = total + np.sum(h) ** 2
+        return total
+
+    W, xs = np.cos(np.arange(64.0)).reshape(8, 8) * 0.4, np.sin(np.arange(80.0) * 0.3)
+    for steps, kind in ((80, "var"), (3, "array")):
+        fn = lambda W, xs, steps=steps: loss(W, xs, steps)  # noqa: E731
+        assert set(_rolled_inputs(fn, (W, xs))) == {kind}
+        value, gradient = sg.value_and_grad(fn, backend="python")(W, xs)
+        assert value == pytest.approx(fn(W, xs), rel=1e-12)
+        step = 1e-6 * np.eye(64)[5].reshape(8, 8)
+        assert gradient[0, 5] == pytest.approx((fn(W + step, xs) - fn(W - step, xs)) / 2e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("key", [
+    lambda: (np.array([0, 2, 7]), np.array([1, 9, -1])),
+    lambda: (np.arange(8)[:, None], np.array([[0, 3, 3]])),
+    lambda: (np.arange(8), np.array([4, 1, 0, 9, 2, 2, 5, 7])),  # the cross-entropy pick z[np.arange(N), labels]
+    lambda: (slice(None), np.array([[1, 2], [3, 9]])),
+    lambda: ([5, 5, 0], 2),
+    lambda: (Ellipsis, [0, 9]),
+])
+def test_several_index_arrays_gather_as_numpy_indexes(key, monkeypatch):
+    """NumPy's advanced indexing with several index arrays (and integers beside them): broadcast
+    together, values and gradients as the element trace's."""
+    key = key()
+    x0 = np.sin(np.arange(80.0) * 0.9)
+    fn = lambda x: np.sum(np.tanh(x.reshape(8, 10)[key]) * np.arange(1.0, 1.0 + np.size(x0.reshape(8, 10)[key]))  # noqa: E731
+                          .reshape(np.shape(x0.reshape(8, 10)[key])))
+    assert _rolled_inputs(fn, (x0,)) == ["array"]
+    (value, gradient), (want_value, want_gradient) = _both(fn, (x0,), monkeypatch=monkeypatch)
+    assert value == pytest.approx(fn(x0), rel=1e-12) and value == pytest.approx(want_value, rel=1e-12)
+    np.testing.assert_allclose(gradient, want_gradient, rtol=1e-12, atol=1e-14)
+
+
+def test_index_arrays_apart_put_their_axes_first_as_numpy_does():
+    A = sg.array("A", (2, 3, 4))
+    v = np.arange(24.0).reshape(2, 3, 4)
+    for key in [(0, slice(None), [1, 2]), ([1, 0], slice(None), [[3], [2]]), (1, [0, 2], slice(None)),
+                ([0, 1], [2, 0], [3, 3])]:
+        np.testing.assert_array_equal(sg.evaluate(A[key], {A: v}), v[key])
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 1 with size 3"):
+        A[[0, 1], [3, 0]]

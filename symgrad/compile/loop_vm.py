@@ -32,7 +32,7 @@ BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noi
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
 # Pseudo-ops, past the op table's codes. Rows are (op, d, a, b, c, e).
 (CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, HRED, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
- DOT, RET, IDIV, IMOD, CLAMP) = range(1000, 1020)
+ DOT, RET, IDIV, IMOD, CLAMP, SCAN) = range(1000, 1021)
 _KINDS = {"sum": 0, "max": 1, "min": 2}
 
 _MEMORY = """if {0} == 0:
@@ -71,6 +71,7 @@ _PSEUDO = [
     (ZERO, _MEMORY.format("a") + "\nM[b:b + c] = 0.0"),
     (COPY, _MEMORY.format("a") + "\nS = M\n" + _MEMORY.format("c") + "\nM[b:b + e] = S[d:d + e]"),
     (DOT, "dot(ints[a:a + 15], x, p, out, work, tables)"),
+    (SCAN, "scan(ints[a:a + 8], x, p, out, work, tables)"),
     (RET, "ret = r[a, 0]"),
     (IDIV, "for j in range(L):\n    rd[j] = float(int(ra[j]) // int(rb[j]))"),
     (IMOD, "for j in range(L):\n    rd[j] = float(int(ra[j]) % int(rb[j]))"),
@@ -112,6 +113,20 @@ def dot(q, x, p, out, work, tables):
         np.dot(A, B.T, O)
     else:
         np.dot(A, B, O)
+
+
+@numba.njit(**_jit)
+def scan(q, x, p, out, work, tables):
+    # q: source memory, offset; destination memory, offset; outer, axis and inner sizes; reversed
+    mems = (x, p, out, work, tables)
+    n, inner = q[5], q[6]
+    S = mems[q[0]][q[1]:q[1] + q[4] * n * inner].reshape((q[4], n, inner))
+    D = mems[q[2]][q[3]:q[3] + q[4] * n * inner].reshape((q[4], n, inner))
+    for o in range(q[4]):
+        for k in range(n):
+            at = n - 1 - k if q[7] else k
+            for j in range(inner):
+                D[o, at, j] = S[o, at, j] + (D[o, at + 1 if q[7] else at - 1, j] if k > 0 else 0.0)
 
 
 @numba.njit(**_jit)
@@ -317,6 +332,10 @@ def lower(program: loops.LoopProgram) -> dict:
             place(nodes[0])
             ints += _dot_operands(nodes[0], buffers)
             top.lines.append((DOT, 0, len(ints) - 15, 0, 0, 0))
+        elif kind == "cumsum":
+            place(nodes[0])
+            ints += _scan_operands(nodes[0], buffers)
+            top.lines.append((SCAN, 0, len(ints) - 8, 0, 0, 0))
         elif kind == "accumulate":
             total, rest, scatters = nodes[0], nodes[1], nodes[2:]
             place(total)
@@ -398,6 +417,13 @@ def _dot_operands(node: Expr, buffers: dict) -> list[int]:
                 int(len(shape) > 1 and load.args[1] is not leading)]
 
     return out + operand(first, axes[0]) + operand(second, c) + [int(len(axes) == 1)]
+
+
+def _scan_operands(node: Expr, buffers: dict) -> list[int]:
+    """The 8 integers of a SCAN row (see the module's ``scan``) for the running sums ``node``."""
+    (axis, reverse), shape = node.payload, node.shape
+    return [*buffers[node.args[0]], *buffers[node], math.prod(shape[:axis]), shape[axis],
+            math.prod(shape[axis + 1:]), int(reverse)]
 
 
 def _flatten(items: list, rows: list | None = None) -> list:

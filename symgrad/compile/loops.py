@@ -35,6 +35,7 @@ from symgrad.expr.rolled import (
     costly,
     fresh_index,
     reduce,
+    scatter,
     shape_of,
     substitute_indices,
     tensor,
@@ -46,6 +47,7 @@ _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})"
                 "mod": "({0} % {1})", "floor_divide": "({0} // {1})"}
 _COMBINE = {"sum": "{0} + {1}", "max": OPS["maximum"].numba, "min": OPS["minimum"].numba}
 _START = {"sum": "0.0", "max": "-math.inf", "min": "math.inf"}
+COLUMN_MIN = 8  # sums down columns this long or longer are added row by row (see _by_rows)
 
 
 class _Region:
@@ -237,9 +239,9 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
         _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
 
     for kind, nodes in _schedule(order, products):
-        if kind == "product":
+        if kind in ("product", "cumsum"):
             place(nodes[0])
-            top.lines.append(_dot(nodes[0], buffers))
+            top.lines += [_dot(nodes[0], buffers)] if kind == "product" else _running(nodes[0], buffers)
             continue
         for node in nodes[:1] if kind == "accumulate" else nodes:
             place(node)
@@ -346,7 +348,26 @@ def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     bodies = _bodies(topo_order(outputs))  # the operands' tensors made for BLAS, read elsewhere too
     outputs, renamed = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
                                 if node in bodies else None)
+    products = {renamed.get(p, p) for p in products}
+    outputs, renamed = _rewrite(outputs, lambda node, new: None if new in products else _by_rows(new))
     return outputs, {renamed.get(p, p) for p in products}
+
+
+def _by_rows(t: Expr) -> Expr | None:
+    """A tensor of sums down columns, ``t[j] = sum(A[i, j], i)``, as a scatter adding row after row
+    (``t[j] += A[i, j]``, j innermost), or None: summed down a column, each element waits on the
+    addition before (a chain of ``COLUMN_MIN`` or more), across a row they are independent and
+    contiguous. Each element adds the same terms in the same order."""
+    if t.op.name != "tensor" or t.args[0].op.name != "sum":
+        return None
+    (body, i), js = t.args[0].args, t.args[1:]
+    if i.payload[1] < COLUMN_MIN or any(n.op.name in _START for n in _body(t.args[0])):
+        return None
+    loads = [n for n in _body(t.args[0]) if n.op.name == "load" and n.args[0].op.name != "table"]
+    if any(i in n.args[-1].free for n in loads) or not any(
+            js[-1] in n.args[-1].free and any(i in a.free for a in n.args[1:-1]) for n in loads):
+        return None
+    return scatter(body, js, (i, *js), t.shape)
 
 
 def _rewrite(outputs: list[Expr], replace: Callable) -> tuple[list[Expr], dict]:
@@ -426,6 +447,22 @@ def _dot(node: Expr, buffers: dict) -> str:
     return f"np.dot({view(first, axes[0])}, {view(second, c)}, {buffers[node]})"
 
 
+def _running(node: Expr, buffers: dict) -> list[str]:
+    """The loops filling the running sums ``node`` (axes in order, its axis backwards if reversed):
+    each element adds the one before it along the axis (np.cumsum's order of additions)."""
+    (axis, reverse), shape = node.payload, node.shape
+    names = [f"s{k}" for k in range(len(shape))]
+    n, at = shape[axis], names[axis]
+    before = [*names[:axis], f"{at} + 1" if reverse else f"{at} - 1", *names[axis + 1:]]
+    first = f"{at} < {n - 1}" if reverse else f"{at} > 0"
+    lines = [f"for {name} in range({d}):" if k != axis or not reverse else f"for {name} in range({d - 1}, -1, -1):"
+             for k, (name, d) in enumerate(zip(names, shape))]
+    dst, src = buffers[node], buffers[node.args[0]]
+    lines.append(f"{dst}[{', '.join(names)}] = {src}[{', '.join(names)}] + "
+                 f"({dst}[{', '.join(before)}] if {first} else 0.0)")
+    return ["    " * k + line for k, line in enumerate(lines)]
+
+
 def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
     """The loop nests filling the arrays, in an order that computes what each reads first.
 
@@ -453,7 +490,7 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
     units: list[tuple[str, list]] = []
     unit_of: dict[Expr, int] = {}
     for node in order:
-        if node.op.name not in ("tensor", "scatter") or node in hidden:
+        if node.op.name not in ("tensor", "scatter", "cumsum") or node in hidden:
             continue
         parts = [node, *(p for p in accumulating.get(node, ()) if p is not None)]
         after = max((unit_of.get(a, -1) for p in parts for a in _loaded(p)), default=-1)
@@ -464,7 +501,7 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
             units[home][1].append(node)
         else:
             kind = ("product" if node in products else "accumulate" if node in accumulating else
-                    "scatter" if node.op.name == "scatter" else "tensors")
+                    node.op.name if node.op.name in ("scatter", "cumsum") else "tensors")
             units.append((kind, [node, *accumulating.get(node, ())]))
             home = len(units) - 1
         unit_of[node] = home
@@ -530,12 +567,14 @@ def _riders(order: list[Expr]) -> list[Expr]:
     loop computing the adjoints accumulates the value too, sharing what their bodies share."""
     in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in _body(a)}
     return [n for n in order if n.op.name in _START and not n.free and n not in in_arrays and
-            not any(m.op.name in _START or m.op.name == "load" and m.args[0].op.name in ("tensor", "scatter")
+            not any(m.op.name in _START or m.op.name == "load" and m.args[0].op.name not in ("array", "table")
                     for m in _body(n))]
 
 
 def _loaded(node: Expr) -> set:
     """The arrays a tensor's body reads (not through other arrays: those have their own loops)."""
+    if node.op.name == "cumsum":
+        return {node.args[0]}
     return {n.args[0] for n in _body(node) if n.op.name == "load"}
 
 

@@ -39,7 +39,7 @@ def batch(roots: list[Expr], mapped: dict[Expr, tuple[Expr, int]], b: Expr) -> l
         if node in lifted or node in new:
             continue
         args = tuple(new.get(a, a) for a in node.args)
-        for a in node.args[1:] if node.op.name == "load" else node.args:
+        for a in node.args[1:] if node.op.name in ("load", "cumsum") else node.args:
             if a in lifted:
                 raise TypeError(f"vmap: the batched array {a} is used whole by {node.op.name}; "
                                 "only its elements can be read")
@@ -49,6 +49,10 @@ def batch(roots: list[Expr], mapped: dict[Expr, tuple[Expr, int]], b: Expr) -> l
             address = list(args[1:])
             address.insert(axis, b)
             new[node] = apply(ops.load, (whole, *address), node.payload)
+        elif name == "cumsum" and node.args[0] in lifted:  # along the same axis of each example
+            whole, axis = lifted[node.args[0]]
+            along, reverse = node.payload
+            lifted[node] = (rolled.cumsum(whole, along + (axis <= along), reverse), axis)
         elif name == "tensor" and b in args[0].free:
             lifted[node] = (rolled.tensor(args[0], b, *args[1:]), 0)
         elif name == "scatter" and any(b in a.free for a in args):

@@ -86,7 +86,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
             update(min(CHUNK, len(order) - k))
         name = node.op.name
         if node.op.array_valued:
-            _array_adjoint(node, sites.pop(node, []), adj, outer, tidied)
+            _array_adjoint(node, sites.pop(node, []), adj, outer, tidied, sites)
             continue
         g = adj.get(node) if name == "var" else adj.pop(node, None)
         if g is None:
@@ -116,9 +116,10 @@ def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
     adj[arg] = contrib if arg not in adj else adj[arg] + contrib
 
 
-def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict) -> None:
+def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict) -> None:
     """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body at its
-    indices, a scatter's to its body at its addresses (tables are constants: nothing)."""
+    indices, a scatter's to its body at its addresses (tables are constants: nothing); running
+    sums hand their array the reversed running sums of theirs, read at every element."""
     if node.op.name == "array":
         if sites:
             adj[node] = rolled.gather_adjoint(node, sites, outer, tidied)
@@ -129,6 +130,13 @@ def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dic
         k = node.payload[1]
         _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer, tidied),
                     frozenset(node.args[1 + k:]))
+    elif sites and node.op.name == "cumsum":  # over a Jacobian's rows too: those are leading axes
+        at, (axis, reverse) = rolled.fresh_indices(node), node.payload
+        back = rolled.cumsum(rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at),
+                             axis + len(outer), not reverse)
+        every = rolled.fresh_indices(node)
+        all_sites.setdefault(node.args[0], []).append((apply(ops.load, (node.args[0], *every)),
+                                                       apply(ops.load, (back, *outer, *every))))
 
 
 def _tie_share(node: Expr) -> Expr:
@@ -220,11 +228,12 @@ def jacobian(fs: Any, wrt: Any) -> Any:
 
 @paused_gc()
 def _array_row(y: Expr, wrt: list[Expr]) -> list[Expr]:
-    """d y[I] / d wrt[j] for the tensor ``y``: tensors over (I, the element of wrt[j]), one sweep."""
-    if y.op.name != "tensor":
-        raise TypeError(f"jacobian: of a computed array (sg.tensor), not {str(y)[:60]}")
+    """d y[I] / d wrt[j] for the array ``y``: tensors over (I, the element of wrt[j]), one sweep."""
     outer = rolled.fresh_indices(y)
-    body = rolled.substitute_indices(y.args[0], dict(zip(y.args[1:], outer)))
+    if y.op.name == "tensor":
+        body = rolled.substitute_indices(y.args[0], dict(zip(y.args[1:], outer)))
+    else:  # running sums, a scatter, an input: its element at I
+        body = apply(ops.load, (y, *outer))
     order = topo_order([body])
     active = _active(order, wrt)
     with progress(len(order), "jacobian") as update:

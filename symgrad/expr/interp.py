@@ -109,6 +109,11 @@ class Rolled:
         np.add.at(out, addresses, w.ravel())
         return out
 
+    def cumsum(self, value: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
+        if reverse:
+            return np.flip(np.cumsum(np.flip(value, axis), axis), axis)
+        return np.cumsum(value, axis)
+
     def materialise(self, body: Any, indices: tuple) -> np.ndarray:
         axes = [self.axes[i] for i in indices]
         full = self._full(body, {ax: i.payload[1] for ax, i in zip(axes, indices)})

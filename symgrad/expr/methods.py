@@ -131,5 +131,6 @@ Expr.ravel = Expr.flatten = lambda self: ndarrays.reshape(self, -1)
 Expr.dot = lambda self, other: ndarrays.array_function(np.dot, (self, other), {})
 Expr.swapaxes = lambda self, i, j: ndarrays.moveaxis(self, [i, j], [j, i])
 Expr.squeeze = lambda self, axis=None: ndarrays.squeeze(self, axis)
+Expr.cumsum = lambda self, axis=None, dtype=None, out=None: ndarrays.cumsum(self, axis, dtype, out)
 Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.prod(
     self, axis, dtype, out, keepdims, **rest)

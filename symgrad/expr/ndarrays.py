@@ -182,7 +182,8 @@ def getitem(arr: Expr, key: Any) -> Expr:
     if Ellipsis in key:
         at = key.index(Ellipsis)
         key = key[:at] + (slice(None),) * (arr.ndim - n_axes) + key[at + 1:]
-    key = key + (slice(None),) * (arr.ndim - n_axes)
+    else:
+        key = key + (slice(None),) * (arr.ndim - n_axes)
     addresses, out, dim = [], [], 0
     for k in key:
         if k is None:
@@ -247,6 +248,25 @@ def mean(arr: Any, axis: Any = None, keepdims: bool = False) -> Any:
         return arr
     count = math.prod(arr.shape[d] for d in _axes(axis, arr.ndim))
     return _divide(reduce("sum", arr, axis, keepdims), float(count))
+
+
+def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> Any:
+    """``np.cumsum``: the running sums along ``axis`` (None: of the raveled array), one loop adding
+    each element to the sum before it (NumPy's order of additions); the gradient sums backwards.
+
+    >>> import numpy as np, symgrad as sg
+    >>> x = sg.array("x", 3)
+    >>> sg.evaluate(np.cumsum(x), {x: [1.0, 2.0, 3.0]})
+    array([1., 3., 6.])
+    """
+    if out is not None:
+        raise TracingError("np.cumsum(..., out=...) on a traced array has no rolled form")
+    if not is_array(a):  # a number's running sums: itself, as one element
+        return rolled.tensor(a, *fresh((1,)))
+    if axis is None:
+        a, axis = reshape(a, -1), 0
+    (axis,) = _axes(axis, a.ndim)
+    return rolled.cumsum(a, axis)
 
 
 def _divide(a: Any, b: Any) -> Any:
@@ -522,39 +542,59 @@ def tensordot(a: Expr, b: Expr, axes: Any = 2) -> Any:
 
 
 def take(a: Expr, key: tuple) -> Expr:
-    """``a[key]`` where one entry of ``key`` is an array of integer indices (a gather through a
-    constant table); the others integers or full slices.
+    """``a[key]`` where entries of ``key`` are arrays of integer indices (gathers through constant
+    tables), with NumPy's advanced indexing: the index arrays (and integers beside them) broadcast
+    together; their axes replace theirs where they stand side by side, else come first. The
+    other entries are full slices (``...`` stands for the axes left).
 
     >>> import numpy as np, symgrad as sg
     >>> x = sg.array("x", 3)
     >>> sg.evaluate(take(x, (np.array([2, 0, 2]),)), {x: [10.0, 11.0, 12.0]})
     array([12., 10., 12.])
+    >>> A = sg.array("A", (2, 3))
+    >>> sg.evaluate(A[[0, 1, 1], [2, 0, 2]], {A: np.arange(6.0).reshape(2, 3)})
+    array([2., 3., 5.])
     """
-    at = [k for k, v in enumerate(key) if isinstance(v, np.ndarray | list)]
-    table = np.asarray(key[at[0]])
-    if len(at) != 1 or table.dtype.kind not in "iu" or len(key) > a.ndim or any(
-            not (isinstance(v, int | np.integer) or v == slice(None)) for k, v in enumerate(key) if k != at[0]):
-        raise TracingError("indexing a traced array with several index arrays, boolean masks or sliced axes "
-                           "beside an index array has no rolled form")
-    axis, n = at[0], a.shape[at[0]]
-    if table.size == 0 or table.min() < -n or table.max() >= n:
-        raise IndexError(f"index array with values {table.min()}..{table.max()} is out of bounds for axis {axis} "
-                         f"with size {n}")
+    if Ellipsis in [k for k in key if not isinstance(k, np.ndarray | list)]:
+        at = next(k for k, v in enumerate(key) if v is Ellipsis)
+        key = key[:at] + (slice(None),) * (a.ndim - len(key) + 1) + key[at + 1:]
+    if len(key) > a.ndim or any(not isinstance(v, np.ndarray | list | int | np.integer) and v != slice(None)
+                                or isinstance(v, bool | np.bool_) for v in key):
+        raise TracingError("indexing a traced array with boolean masks, None or sliced axes beside index arrays "
+                           "has no rolled form")
     key = key + (slice(None),) * (a.ndim - len(key))
-    T = rolled.table(table % n)
-    J = fresh(table.shape)
-    out, addresses = [], []
-    for k, v in enumerate(key):
-        if k == axis:
-            out += J
-            addresses.append(apply(ops.OPS["load"], (T, *J)))
-        elif isinstance(v, slice):
-            j = rolled.fresh_index(rolled.index("i", a.shape[k]))
-            out.append(j)
-            addresses.append(j)
-        else:
-            addresses.append(const(float(int(v) % a.shape[k])))
-    return rolled.tensor(element(a, tuple(addresses)), *out)
+    picks = {k: np.asarray(v) for k, v in enumerate(key) if not isinstance(v, slice)}
+    for k, v in picks.items():
+        n = a.shape[k]
+        if v.dtype.kind not in "iu":
+            raise TracingError(f"indexing a traced array with an array of {v.dtype} has no rolled form")
+        if v.size and (v.min() < -n or v.max() >= n):
+            raise IndexError(f"index {v.min() if v.min() < -n else v.max()} is out of bounds for axis {k} with "
+                             f"size {n}")
+        picks[k] = v % n
+    shape = np.broadcast_shapes(*(v.shape for v in picks.values()))
+    if 0 in shape:
+        raise TracingError("indexing a traced array with an empty index array has no rolled form")
+    J = fresh(shape)
+    slices = {k: rolled.fresh_index(rolled.index("i", a.shape[k])) for k in range(a.ndim) if k not in picks}
+    addresses = [slices[k] if k in slices else _picked(np.broadcast_to(picks[k], shape), J) for k in range(a.ndim)]
+    side_by_side = max(picks) - min(picks) + 1 == len(picks)
+    before = [slices[k] for k in sorted(slices) if side_by_side and k < min(picks)]
+    out = [*before, *J, *(slices[k] for k in sorted(slices) if slices[k] not in before)]
+    return rolled.tensor(element(a, tuple(addresses)), *out) if out else element(a, tuple(addresses))
+
+
+def _picked(values: np.ndarray, J: tuple) -> Expr:
+    """The address the index values give at ``J``: a constant, an index itself where the values
+    count along one axis (``np.arange(n)[:, None]``: then derivatives gather), else a table load."""
+    flat = values.ravel()
+    if (flat == flat[0]).all():
+        return const(float(flat[0]))
+    for m, j in enumerate(J):
+        counting = np.arange(values.shape[m]).reshape([-1 if d == m else 1 for d in range(values.ndim)])
+        if np.array_equal(values, np.broadcast_to(counting, values.shape)):
+            return j
+    return apply(ops.OPS["load"], (rolled.table(np.ascontiguousarray(values)), *J))
 
 
 def split(a: Expr, indices_or_sections: Any, axis: int = 0, even: bool = True) -> list[Expr]:
@@ -713,7 +753,7 @@ FUNCTIONS: dict[Any, Any] = {
                                                 **kw),
     np.split: split, np.array_split: lambda a, sections, axis=0: split(a, sections, axis, even=False),
     np.moveaxis: moveaxis, np.swapaxes: lambda a, i, j: moveaxis(a, [i, j], [j, i]), np.squeeze: squeeze,
-    np.pad: pad, np.linalg.norm: norm, np.prod: prod,
+    np.pad: pad, np.linalg.norm: norm, np.prod: prod, np.cumsum: cumsum,
     np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
                                             a.shape[int(axis) % (a.ndim + 1):]),
 }
@@ -733,6 +773,8 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict, scalar: An
         raise TracingError(f"{name}(..., out=...) on a traced array has no rolled form")
     if method == "reduce" and ufunc in _UFUNC_REDUCE:
         return reduce(_UFUNC_REDUCE[ufunc], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
+    if method == "accumulate" and ufunc is np.add and set(kwargs) <= {"axis", "dtype", "out"}:
+        return cumsum(inputs[0], kwargs.get("axis", 0), out=kwargs.get("out"))
     if method == "__call__" and ufunc is np.matmul:
         return matmul(*inputs)
     fn = scalar.get(ufunc)

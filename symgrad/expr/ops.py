@@ -330,6 +330,14 @@ scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, bind
                evaluate=lambda node, args, ctx: ctx.scatter(node, args),
                doc="the array of sums of a body into addresses over bound indices (payload: shape, "
                    "number of addresses); args: body, addresses, indices")
+cumsum = _row("cumsum", 1, None, None, kind="rolled", array_valued=True,
+              template=lambda node: ("cumsum(", (0, 0), f", axis={node.payload[0]}",
+                                     ", reverse)" if node.payload[1] else ")"),
+              latex=lambda node: (r"\operatorname{cumsum}" + ("^{-}" if node.payload[1] else "") +
+                                  f"_{{{node.payload[0]}}}\\left(", (0, 0), r"\right)"),
+              evaluate=lambda node, args, ctx: ctx.cumsum(args[0], *node.payload),
+              doc="the running sums of an array along an axis, from its start (from its end: reverse); "
+                  "a sequential loop (payload: axis, reverse)")
 
 # The scalar functions: every row a formula, a method or a NumPy ufunc can reach.
 FUNCTIONS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "scalar" and op.arity > 0}

@@ -71,6 +71,8 @@ def shape_of(node: Expr) -> tuple:
         return node.payload[1] if name == "array" else node.payload[0]
     if name == "tensor":
         return tuple(i.payload[1] for i in node.args[1:])
+    if name == "cumsum":
+        return shape_of(node.args[0])
     return ()
 
 
@@ -536,6 +538,22 @@ def scatter(body: Expr, addresses: tuple, indices: tuple, shape: tuple) -> Expr:
     if body.free.union(*(a.free for a in addresses)).difference(indices):
         raise ValueError(f"scatter: the body or addresses vary over indices beyond {list(indices)}")
     return intern(ops.scatter, (body, *addresses, *indices), (shape, len(addresses)))
+
+
+def cumsum(arr: Expr, axis: int, reverse: bool = False) -> Expr:
+    """The running sums of the array ``arr`` along ``axis`` (from the end: ``reverse``), a loop
+    that adds each element to the sum before it. Its derivative is the reversed running sum.
+
+    >>> x = array("x", 4)
+    >>> cumsum(x, 0), cumsum(x, 0).shape
+    (cumsum(x, axis=0), (4,))
+    """
+    if not _is_array(arr):
+        raise TypeError(f"cumsum: running sums of an array, not of the expression {arr}")
+    shape = shape_of(arr)
+    if not isinstance(axis, int | np.integer) or not 0 <= axis < len(shape):
+        raise ValueError(f"cumsum: axis {axis!r} is not an axis of {arr}, of shape {shape}")
+    return intern(ops.cumsum, (arr,), (int(axis), bool(reverse)))
 
 
 def unroll(exprs: Any) -> Any:

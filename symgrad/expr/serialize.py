@@ -215,7 +215,7 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
         payload = _rolled_payload(k, name, payload)
     elif payload is not None and not (name == "load" and payload == "guarded"):
         raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
-                          "index, array, table, scatter and guarded loads have one")
+                          "index, array, table, scatter, cumsum and guarded loads have one")
     arguments = tuple(built[i] for i in args)
     try:  # rolled nodes are built through their checked constructors: ranges, bound indices
         if name == "load":
@@ -224,6 +224,8 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
             return rolled.tensor(*arguments)
         if name in ("sum", "max", "min"):
             return rolled.reduce(name, *arguments)
+        if name == "cumsum":
+            return rolled.cumsum(arguments[0], *payload)
         if name == "scatter":
             shape, n_addresses = payload
             return rolled.scatter(arguments[0], arguments[1:1 + n_addresses], arguments[1 + n_addresses:], shape)
@@ -239,10 +241,12 @@ _ROLLED_LEAVES = {"index": rolled.index, "array": rolled.array,
 
 
 def _rolled_payload(k: int, name: str, payload: Any) -> tuple:
-    """An index's (name, size), an array's (name, shape), a table's (shape, values) or a scatter's
-    (shape, number of addresses), as written."""
+    """An index's (name, size), an array's (name, shape), a table's (shape, values), a scatter's
+    (shape, number of addresses) or running sums' (axis, reversed), as written."""
     ok = isinstance(payload, list) and len(payload) == 2
-    if ok and name == "scatter":
+    if ok and name == "cumsum":
+        ok = type(payload[0]) is int and type(payload[1]) is bool
+    elif ok and name == "scatter":
         ok = isinstance(payload[0], list) and all(type(d) is int for d in payload[0]) and type(payload[1]) is int
         if ok:
             return tuple(payload[0]), payload[1]
@@ -262,4 +266,4 @@ def _rolled_payload(k: int, name: str, payload: Any) -> tuple:
 
 
 _ROLLED_FORMS = {"index": "[name, size]", "array": "[name, [shape]]", "table": "[[shape], [integer values]]",
-                 "scatter": "[[shape], number of addresses]"}
+                 "scatter": "[[shape], number of addresses]", "cumsum": "[axis, reversed]"}
