@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from symgrad import pytree
-from symgrad.expr import batching, rolled
+from symgrad.expr import batching, ndarrays, rolled
 from symgrad.expr.build import Var, const
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr
@@ -94,7 +94,8 @@ class Batched:
             mapped[row] = (leaf, axis)
             row_leaves.append(row)
         row_args, row_kwargs = pytree.unflatten(treedef, row_leaves)
-        out, out_tree = pytree.flatten(self.fn(*row_args, **row_kwargs))
+        with ndarrays.integers(row for row, (leaf, _) in mapped.items() if ndarrays.holds_integers(leaf)):
+            out, out_tree = pytree.flatten(self.fn(*row_args, **row_kwargs))
         out = [_rolled_output(o, self.__name__) for o in out]
         results = batching.batch(out, mapped, b)
         axes = _out_axes(self.out_axes, len(out), self.__name__)

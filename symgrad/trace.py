@@ -81,6 +81,7 @@ class _Slot:
     shapes: list[tuple]
     dtypes: list[Any]  # a float dtype to return derivatives in (float32 ...), or None for float64
     syms: list[Any]  # an Expr or a SymArray of variables per leaf
+    integer: list[Expr]  # the rolled leaves of an integer dtype (they may index other arrays)
 
     def variables(self) -> list[Expr]:
         return [v for s in self.syms for v in as_expr_list(s)]
@@ -237,9 +238,10 @@ class Trace:
         self.wrt_dtypes = [dt for s in wrt for dt in s.dtypes]
         single = isinstance(owner.argnums_spec, int) and owner.rule.wrt == "argnums"
         self.wrt_tree = wrt[0].treedef if single and wrt else (tuple, tuple(s.treedef for s in wrt))
+        integer = [sym for slot in self.slots.values() for sym in slot.integer]  # may index other arrays
         _tracing.depth += 1
         try:
-            with paused_gc(), ndarrays.capturing() as constants:
+            with paused_gc(), ndarrays.capturing() as constants, ndarrays.integers(integer):
                 result = owner.fn(*sym_args, **sym_kwargs)
         finally:
             _tracing.depth -= 1
@@ -271,13 +273,15 @@ class Trace:
             return value
         leaves, treedef = pytree.flatten(value)
         paths = pytree.paths(treedef)
-        shapes, dtypes, syms = [], [], []
+        shapes, dtypes, syms, integer = [], [], [], []
         for leaf, path in zip(leaves, paths):
             shape, dtype = _leaf_info(leaf, owner._who, name + path)
             shapes.append(shape)
             dtypes.append(dtype)
             syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape, self.indexed))
-        self.slots[key] = _Slot(treedef, shapes, dtypes, syms)
+            if isinstance(syms[-1], Expr) and ndarrays.holds_integers(leaf):
+                integer.append(syms[-1])
+        self.slots[key] = _Slot(treedef, shapes, dtypes, syms, integer)
         sym = pytree.unflatten(treedef, syms)
         self.arguments[name] = sym
         return sym
@@ -700,10 +704,12 @@ class Function:
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of
-        them trace as rolled arrays: a small one meets a large one in ``X @ w``)."""
+        them trace as rolled arrays: a small one meets a large one in ``X @ w``), or an array of
+        integers (labels indexing a traced array: only rolled arrays gather through them)."""
         traced = [a for k, a in (*enumerate(args), *kwargs.items())
                   if k not in self.static_argnums and k not in self.static_argnames]
-        return any(np.size(leaf) >= ROLLED_MIN for leaf in pytree.flatten(traced)[0])
+        return any(np.size(leaf) >= ROLLED_MIN or isinstance(leaf, np.ndarray) and leaf.ndim and
+                   leaf.dtype.kind in "iu" for leaf in pytree.flatten(traced)[0])
 
     def _split_extra(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any]:
         """fn's arguments and the vector an hvp takes besides (last, or v=)."""

@@ -374,3 +374,58 @@ def test_index_arrays_apart_put_their_axes_first_as_numpy_does():
         np.testing.assert_array_equal(sg.evaluate(A[key], {A: v}), v[key])
     with pytest.raises(IndexError, match="index 3 is out of bounds for axis 1 with size 3"):
         A[[0, 1], [3, 0]]
+
+
+def _cross_entropy(W, X, y):
+    Z = X @ W
+    m = np.max(Z, axis=1, keepdims=True)
+    return np.mean(m[:, 0] + np.log(np.sum(np.exp(Z - m), axis=1)) - Z[np.arange(X.shape[0]), y])
+
+
+def _cross_entropy_by_hand(W, X, y):
+    Z = X @ W
+    p = np.exp(Z - Z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return X.T @ (p - np.eye(W.shape[1])[y]) / len(y)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "numba"])
+def test_integer_arguments_index_like_numpy_and_new_labels_never_retrace(backend):
+    """Labels passed in (z[np.arange(N), y], the way cross-entropy is written): a gather at
+    addresses read from the argument, checked when run: out of bounds raises as NumPy does."""
+    rng = np.random.default_rng(5)
+    W, X = rng.normal(size=(6, 4)) * 0.3, rng.normal(size=(50, 6))
+    vg = sg.value_and_grad(_cross_entropy, backend=backend)
+    for y in (rng.integers(0, 4, 50), rng.integers(-4, 4, 50)):  # negative labels count from the end
+        value, gradient = vg(W, X, y)
+        assert value == pytest.approx(_cross_entropy(W, X, y), rel=1e-12)
+        np.testing.assert_allclose(gradient, _cross_entropy_by_hand(W, X, y % 4), rtol=1e-10, atol=1e-14)
+    assert len(vg._traces) == 1 and vg._last.indexed
+    for bad in (4, -5):
+        with pytest.raises(IndexError, match="out of bounds for the axis it indexes"):
+            vg(W, X, np.where(np.arange(50) == 7, bad, 0))
+
+
+def test_integer_arguments_index_under_every_transform():
+    rng = np.random.default_rng(6)
+    W, X, y = rng.normal(size=(5, 3)) * 0.3, rng.normal(size=(40, 5)), rng.integers(0, 3, 40)
+    g = _cross_entropy_by_hand(W, X, y)
+    v = rng.normal(size=W.shape)
+    step = 1e-6
+    hv = (sg.grad(_cross_entropy)(W + step * v, X, y) - sg.grad(_cross_entropy)(W - step * v, X, y)) / (2 * step)
+    np.testing.assert_allclose(sg.hvp(_cross_entropy)(W, X, y, v), hv, rtol=1e-6, atol=1e-9)
+    H = sg.hessian(_cross_entropy)(W, X, y).reshape(15, 15)
+    np.testing.assert_allclose(H @ v.ravel(), hv.ravel(), rtol=1e-6, atol=1e-9)
+    one = lambda W, x, t: np.log(np.sum(np.exp(x @ W))) - (x @ W)[t]  # noqa: E731 - one example, a label t
+    per_example = sg.vmap(sg.grad(one), in_axes=(None, 0, 0))(W, X, y)
+    np.testing.assert_allclose(per_example.sum(axis=0) / 40, g, rtol=1e-10)
+    np.testing.assert_allclose(per_example[3], _cross_entropy_by_hand(W, X[3:4], y[3:4]), rtol=1e-10)
+    total, gradient = sg.value_and_grad(one).sum(W, X, y)
+    assert total == pytest.approx(40 * _cross_entropy(W, X, y), rel=1e-12)
+    np.testing.assert_allclose(gradient, 40 * g, rtol=1e-10)
+    tiny = sg.grad(_cross_entropy)(W, X[:2], y[:2])  # 10 + 2 elements: rolled all the same (labels index)
+    np.testing.assert_allclose(tiny, _cross_entropy_by_hand(W, X[:2], y[:2]), rtol=1e-10)
+    with pytest.raises(IndexError, match="must be an argument of an integer dtype itself"):
+        sg.grad(_cross_entropy)(W, X, y * 1.0)
+    with pytest.raises(IndexError, match="must be an argument of an integer dtype itself"):
+        sg.grad(lambda W, X, y: _cross_entropy(W, X, y - 1))(W, X, y)

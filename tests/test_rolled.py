@@ -88,7 +88,7 @@ def test_index_ranges():
     (lambda x, i: subscript(x, subscript(table([0, 9, 1, 2]), i)), IndexError, "takes values 0..9, outside 0..4"),
     (lambda x, i: subscript(sg.Var("y"), i), TypeError, "only arrays can be subscripted"),
     (lambda x, i: subscript(x, subscript(tensor(subscript(x, i), i), i)), TypeError,
-     "an index can read tables only"),
+     "an index can read tables \\(or as_index of data\\)"),
     (lambda x, i: reduce("sum", subscript(x, i), sg.Var("k")), TypeError, "reduce over an index symbol"),
     (lambda x, i: reduce("sum", x, i), TypeError, "the body must be a scalar expression"),
     (lambda x, i: tensor(subscript(x, i) * index("k", 2), i), ValueError, r"also varies over \['k'\]"),

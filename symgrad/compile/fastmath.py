@@ -44,6 +44,7 @@ _TP0, _TP1, _TP2 = -9.64399179425052238628e-01, -9.92877231001918586564e+01, -1.
 _TQ0, _TQ1, _TQ2 = 1.12811678491632931402e+02, 2.23548839060100448583e+03, 4.84406305325125486048e+03
 _EXP_MAX, _EXP_MIN = 709.782712893383973096, -745.13321910194110842
 _TINY = 2.2250738585072014e-308  # the smallest normal double
+FUNCTIONS = ("exp", "expm1", "tanh", "log", "log1p")  # the math functions (as_index is not one)
 
 
 @intrinsic
@@ -141,6 +142,21 @@ def tanh(x: float) -> float:
     small = a + a * (z * ((_TP0 * z + _TP1) * z + _TP2) / (((z + _TQ0) * z + _TQ1) * z + _TQ2))
     out = math.copysign(1.0 - 2.0 / (s + 1.0) if a >= 0.625 else small, x)
     return out if x == x else x
+
+
+@numba.njit(inline="always", error_model="numpy")
+def as_index(v: float, n: float) -> int:
+    """The index an integer data array's value ``v`` gives on an axis of size ``n`` (negative ones
+    count from the end, as in NumPy); any other value raises, so a gather never reads outside
+    its array (the op ``as_index``: not a math function, but imported by the same modules).
+
+    >>> as_index(3.0, 5.0), as_index(-1.0, 5.0)
+    (3, 4)
+    """
+    if not (-n <= v < n) or v != math.floor(v):
+        raise IndexError("symgrad: an integer array used as indices holds a value out of bounds for the axis "
+                         "it indexes")
+    return int(v) % int(n)
 
 
 @numba.njit(inline="always", error_model="numpy")

@@ -44,7 +44,7 @@ from symgrad.expr.rolled import (
 from symgrad.expr.traverse import topo_order
 
 _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "neg": "(-{0})",
-                "mod": "({0} % {1})", "floor_divide": "({0} // {1})"}
+                "mod": "({0} % {1})", "floor_divide": "({0} // {1})", "as_index": "fastmath.as_index({0}, {1})"}
 _COMBINE = {"sum": "{0} + {1}", "max": OPS["maximum"].numba, "min": OPS["minimum"].numba}
 _START = {"sum": "0.0", "max": "-math.inf", "min": "math.inf"}
 COLUMN_MIN = 8  # sums down columns this long or longer are added row by row (see _by_rows)
@@ -138,7 +138,7 @@ class _Emitter:
             arr = self.buffers[node.args[0]]
             addresses = [self._clamped(a, n, reg) for a, n in zip(node.args[1:], node.args[0].shape)]
             return f"{arr}[{', '.join(addresses)}]"
-        if name in _INTEGER_OPS and all(self._integral(a) for a in node.args):
+        if name == "as_index" or name in _INTEGER_OPS and all(self._integral(a) for a in node.args):
             self.integers.add(node)
             return _INTEGER_OPS[name].format(*(self._address(a, reg) for a in node.args))
         return node.op.numba.format(*args)
@@ -282,7 +282,7 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
 
 _LIBRARY_CALL = re.compile(r"(?<![\w.])math\.\w+\(")  # a C library call (not fastmath's)
 _ACCUMULATES = re.compile(r"^\s*a\d+ = ")  # the emitter's reduction accumulators: a loop-carried sum
-_FASTMATH = re.compile(r"fastmath\.(\w+)\(")
+_FASTMATH = re.compile(rf"fastmath\.({'|'.join(fastmath.FUNCTIONS)})\(")
 
 
 def _library_where_scalar(lines: list[str]) -> list[str]:

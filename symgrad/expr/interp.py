@@ -109,6 +109,17 @@ class Rolled:
         np.add.at(out, addresses, w.ravel())
         return out
 
+    def as_index(self, value: Any, n: Any) -> np.ndarray:
+        """Values of an integer data array as indices on an axis of size n (negative: from the end)."""
+        value = np.asarray(value)
+        if self.symbolic:
+            raise TypeError("unroll: a gather through an integer data array has no unrolled form (its addresses "
+                            "are values)")
+        if np.any(~((-n <= value) & (value < n)) | (value != np.floor(value))):
+            raise IndexError("symgrad: an integer array used as indices holds a value out of bounds for the axis "
+                             "it indexes")
+        return np.mod(value, n)
+
     def cumsum(self, value: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
         if reverse:
             return np.flip(np.cumsum(np.flip(value, axis), axis), axis)

@@ -37,9 +37,11 @@ def is_array(v: Any) -> bool:
 
 
 class _Captured(threading.local):
-    """The constant arrays met while a function is traced: {id: (its node, its values, the array)}."""
+    """The constant arrays met while a function is traced: {id: (its node, its values, the array)};
+    the traced arrays that hold integers (arguments of an integer dtype: they may index)."""
 
     arrays: dict | None = None
+    integers: frozenset = frozenset()
 
 
 _captured = _Captured()
@@ -69,6 +71,39 @@ def capturing() -> Iterator[dict]:
     finally:
         found.update((node, values) for node, values, _ in _captured.arrays.values())
         _captured.arrays = None
+
+
+@contextmanager
+def integers(nodes: Any) -> Iterator[None]:
+    """While tracing: the rolled arrays ``nodes`` hold integers (arguments of an integer dtype), so
+    they may index other arrays (a gather at addresses read from them, checked when run).
+
+    >>> import numpy as np, symgrad as sg
+    >>> y, z = sg.array("y", 3), sg.array("z", (3, 4))
+    >>> with integers([y]):
+    ...     picked = z[np.arange(3), y]
+    >>> sg.evaluate(picked, {y: [3.0, 0.0, -1.0], z: np.arange(12.0).reshape(3, 4)})
+    array([ 3.,  4., 11.])
+    """
+    outer = _captured.integers
+    _captured.integers = outer | frozenset(nodes)
+    try:
+        yield
+    finally:
+        _captured.integers = outer
+
+
+def holds_integers(value: Any) -> bool:
+    """Whether an argument's value is integers that may index: an integer array or number, or a
+    traced array or variable that stands for one (inside another trace, or vmap's row of one).
+
+    >>> import numpy as np
+    >>> holds_integers(np.arange(3)), holds_integers(2), holds_integers(True), holds_integers(np.ones(2))
+    (True, True, False, False)
+    """
+    if isinstance(value, Expr):
+        return value in _captured.integers
+    return not isinstance(value, bool | np.bool_) and np.asarray(value).dtype.kind in "iu"
 
 
 def operand(a: Any) -> Any:
@@ -172,10 +207,11 @@ def getitem(arr: Expr, key: Any) -> Expr:
     ((3,), array([8., 5., 2.]))
     """
     key = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, np.ndarray | list) or is_array(k) or isinstance(k, Expr) and k in _captured.integers
+           for k in key):
+        return take(arr, key)
     if any(isinstance(k, Expr) for k in key):
         return rolled.subscript(arr, key)
-    if any(isinstance(k, np.ndarray | list) for k in key):
-        return take(arr, key)
     n_axes = sum(1 for k in key if k is not None and k is not Ellipsis)
     if n_axes > arr.ndim:
         raise IndexError(f"too many indices for array: array is {arr.ndim}-dimensional, but {n_axes} were indexed")
@@ -555,33 +591,53 @@ def take(a: Expr, key: tuple) -> Expr:
     >>> sg.evaluate(A[[0, 1, 1], [2, 0, 2]], {A: np.arange(6.0).reshape(2, 3)})
     array([2., 3., 5.])
     """
-    if Ellipsis in [k for k in key if not isinstance(k, np.ndarray | list)]:
+    if any(v is Ellipsis for v in key):
         at = next(k for k, v in enumerate(key) if v is Ellipsis)
         key = key[:at] + (slice(None),) * (a.ndim - len(key) + 1) + key[at + 1:]
-    if len(key) > a.ndim or any(not isinstance(v, np.ndarray | list | int | np.integer) and v != slice(None)
+    if len(key) > a.ndim or any(not isinstance(v, np.ndarray | list | int | np.integer | Expr) and v != slice(None)
                                 or isinstance(v, bool | np.bool_) for v in key):
         raise TracingError("indexing a traced array with boolean masks, None or sliced axes beside index arrays "
                            "has no rolled form")
     key = key + (slice(None),) * (a.ndim - len(key))
-    picks = {k: np.asarray(v) for k, v in enumerate(key) if not isinstance(v, slice)}
-    for k, v in picks.items():
-        n = a.shape[k]
-        if v.dtype.kind not in "iu":
-            raise TracingError(f"indexing a traced array with an array of {v.dtype} has no rolled form")
-        if v.size and (v.min() < -n or v.max() >= n):
-            raise IndexError(f"index {v.min() if v.min() < -n else v.max()} is out of bounds for axis {k} with "
-                             f"size {n}")
-        picks[k] = v % n
+    picks = {k: v if isinstance(v, Expr) else _constant_indices(v, k, a.shape[k])
+             for k, v in enumerate(key) if not isinstance(v, slice)}
     shape = np.broadcast_shapes(*(v.shape for v in picks.values()))
     if 0 in shape:
         raise TracingError("indexing a traced array with an empty index array has no rolled form")
     J = fresh(shape)
     slices = {k: rolled.fresh_index(rolled.index("i", a.shape[k])) for k in range(a.ndim) if k not in picks}
-    addresses = [slices[k] if k in slices else _picked(np.broadcast_to(picks[k], shape), J) for k in range(a.ndim)]
+    addresses = [slices[k] if k in slices else _read(picks[k], J, a.shape[k]) if isinstance(picks[k], Expr)
+                 else _picked(np.broadcast_to(picks[k], shape), J) for k in range(a.ndim)]
     side_by_side = max(picks) - min(picks) + 1 == len(picks)
     before = [slices[k] for k in sorted(slices) if side_by_side and k < min(picks)]
     out = [*before, *J, *(slices[k] for k in sorted(slices) if slices[k] not in before)]
     return rolled.tensor(element(a, tuple(addresses)), *out) if out else element(a, tuple(addresses))
+
+
+def _constant_indices(v: Any, axis: int, n: int) -> np.ndarray:
+    """An index array (or integer) of the key as values in 0 .. n-1, checked as NumPy does."""
+    v = np.asarray(v)
+    if v.dtype.kind not in "iu":
+        raise TracingError(f"indexing a traced array with an array of {v.dtype} has no rolled form")
+    if v.size and (v.min() < -n or v.max() >= n):
+        raise IndexError(f"index {v.min() if v.min() < -n else v.max()} is out of bounds for axis {axis} with "
+                         f"size {n}")
+    return v % n
+
+
+def _read(indices: Expr, J: tuple, n: int) -> Expr:
+    """The address a traced integer array gives at ``J`` (broadcast: its trailing axes), on an axis of
+    size ``n``: its value there, checked where it runs."""
+    if indices not in _captured.integers:
+        raise IndexError("arrays used as indices must be of integer type: a traced index array must be an "
+                         "argument of an integer dtype itself (not a float array, nor one computed from traced "
+                         "values)")
+    if not is_array(indices):  # an integer argument (a label per example, under vmap)
+        return apply(ops.OPS["as_index"], (indices, const(float(n))))
+    at = J[len(J) - indices.ndim:]
+    return apply(ops.OPS["as_index"], (element(indices, tuple(
+        const(0.0) if d == 1 and m != 1 else j for d, j, m in zip(indices.shape, at, (i.payload[1] for i in at)))),
+        const(float(n))))
 
 
 def _picked(values: np.ndarray, J: tuple) -> Expr:

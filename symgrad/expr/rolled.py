@@ -90,7 +90,8 @@ def value_range(e: Expr) -> tuple[int, int]:
     stack = [e]
     while stack:  # iterative post-order
         node = stack[-1]
-        pending = [a for a in node.args if a not in ranges and not _is_array(a)]
+        pending = [a for a in node.args if a not in ranges and not _is_array(a)] if node.op.name != "as_index" \
+            else []
         if pending:
             stack.extend(pending)
             continue
@@ -107,9 +108,12 @@ def _range(node: Expr, ranges: dict, whole: Expr) -> tuple[int, int]:
         if not float(node.payload).is_integer():
             raise TypeError(f"index expression {whole}: {node.payload!r} is not an integer")
         return int(node.payload), int(node.payload)
+    if name == "as_index":  # whatever the value, in 0 .. n-1
+        return 0, int(args[1].payload) - 1
     if name == "load":
         if args[0].op.name != "table":
-            raise TypeError(f"index expression {whole}: an index can read tables only, not {args[0]}")
+            raise TypeError(f"index expression {whole}: an index can read tables (or as_index of data), not "
+                            f"{args[0]}")
         values = args[0].payload[1]
         return min(values), max(values)
     r = [ranges[a] for a in args]
