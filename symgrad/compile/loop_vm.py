@@ -123,6 +123,13 @@ def scan(q, x, p, out, work, tables):
     S = mems[q[0]][q[1]:q[1] + q[4] * n * inner].reshape((q[4], n, inner))
     D = mems[q[2]][q[3]:q[3] + q[4] * n * inner].reshape((q[4], n, inner))
     for o in range(q[4]):
+        if inner == 1:  # along the last axis: the sum so far in a register
+            acc = 0.0
+            for k in range(n):
+                at = n - 1 - k if q[7] else k
+                acc += S[o, at, 0]
+                D[o, at, 0] = acc
+            continue
         for k in range(n):
             at = n - 1 - k if q[7] else k
             for j in range(inner):

@@ -449,18 +449,28 @@ def _dot(node: Expr, buffers: dict) -> str:
 
 def _running(node: Expr, buffers: dict) -> list[str]:
     """The loops filling the running sums ``node`` (axes in order, its axis backwards if reversed):
-    each element adds the one before it along the axis (np.cumsum's order of additions)."""
+    each element adds the one before it along the axis (np.cumsum's order of additions). Along
+    the last axis the sum so far is kept in a register (one add per element); along another, the
+    row before is read back, each element of a row independent of the others (vectorised)."""
     (axis, reverse), shape = node.payload, node.shape
     names = [f"s{k}" for k in range(len(shape))]
     n, at = shape[axis], names[axis]
-    before = [*names[:axis], f"{at} + 1" if reverse else f"{at} - 1", *names[axis + 1:]]
-    first = f"{at} < {n - 1}" if reverse else f"{at} > 0"
+    dst, src = buffers[node], buffers[node.args[0]]
     lines = [f"for {name} in range({d}):" if k != axis or not reverse else f"for {name} in range({d - 1}, -1, -1):"
              for k, (name, d) in enumerate(zip(names, shape))]
-    dst, src = buffers[node], buffers[node.args[0]]
-    lines.append(f"{dst}[{', '.join(names)}] = {src}[{', '.join(names)}] + "
-                 f"({dst}[{', '.join(before)}] if {first} else 0.0)")
-    return ["    " * k + line for k, line in enumerate(lines)]
+    here = ", ".join(names)
+    if axis == len(shape) - 1:
+        lines.insert(axis, "acc = 0.0")
+        body = [f"acc = acc + {src}[{here}]", f"{dst}[{here}] = acc"]
+    else:
+        before = ", ".join([*names[:axis], f"{at} + 1" if reverse else f"{at} - 1", *names[axis + 1:]])
+        first = f"{at} < {n - 1}" if reverse else f"{at} > 0"
+        body = [f"{dst}[{here}] = {src}[{here}] + ({dst}[{before}] if {first} else 0.0)"]
+    out, depth = [], 0
+    for line in lines:
+        out.append("    " * depth + line)
+        depth += line.startswith("for ")
+    return out + ["    " * depth + line for line in body]
 
 
 def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
