@@ -429,3 +429,31 @@ def test_integer_arguments_index_under_every_transform():
         sg.grad(_cross_entropy)(W, X, y * 1.0)
     with pytest.raises(IndexError, match="must be an argument of an integer dtype itself"):
         sg.grad(lambda W, X, y: _cross_entropy(W, X, y - 1))(W, X, y)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.data())
+def test_random_advanced_indexing_equals_numpy(shape, data):
+    """Keys mixing integer arrays (any shapes that broadcast), integers, full slices and an
+    ellipsis: the rolled gather reads what NumPy's indexing reads."""
+    v = np.arange(float(np.prod(shape))).reshape(shape)
+    key = []
+    for n in shape:
+        kind = data.draw(st.sampled_from(["array", "int", "slice"]))
+        if kind == "array":
+            rows = data.draw(st.sampled_from([(2,), (1, 2), (2, 1), (3,)]))
+            key.append(np.array(data.draw(st.lists(st.integers(-n, n - 1), min_size=int(np.prod(rows)),
+                                                   max_size=int(np.prod(rows))))).reshape(rows))
+        else:
+            key.append(data.draw(st.integers(-n, n - 1)) if kind == "int" else slice(None))
+    if not any(isinstance(k, np.ndarray) for k in key):
+        key[0] = np.array([0, -1])
+    if data.draw(st.booleans()) and isinstance(key[-1], slice):
+        key[-1] = Ellipsis
+    try:
+        want = v[tuple(key)]
+    except IndexError:  # index arrays that do not broadcast together
+        return
+    x = sg.array("x", tuple(shape))
+    got = x[tuple(key)]
+    np.testing.assert_array_equal(sg.evaluate(got, {x: v}), want)

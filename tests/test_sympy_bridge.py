@@ -47,3 +47,14 @@ def test_to_sympy_names_a_comparison_sympy_cannot_build():
     x0, x2 = sg.symbols("x0 x2")
     with pytest.raises(ValueError, match=r"to_sympy: SymPy cannot build lt\(.*unsigned zoo"):
         sg.to_sympy(x0 + ((0.5 // (-(x2 + 1.0) < 0.5)) < 0.5))
+
+
+def test_from_sympy_divides_where_sympy_has_a_reciprocal_factor():
+    """SymPy's x/y is Mul(x, Pow(y, -1)); as x * (1/y) it rounds differently: 0.7484567 % 0.7484567
+    came back as 0.7484567 - 0.7484567 * floor(0.9999999999999999) (found by hypothesis)."""
+    x0 = sg.Var("x0")
+    back = sg.from_sympy(sg.to_sympy(x0 % abs(x0)))
+    assert "x0/abs(x0)" in str(back)
+    assert sg.evaluate(back, {"x0": 0.7484567}) == 0.0
+    x, y, z = sympy.symbols("x y z")
+    assert [str(sg.from_sympy(e)) for e in (x / y, x * y / z, 2 / x)] == ["x/y", "x*y/z", "2/x"]

@@ -70,6 +70,18 @@ def _fold(op: ops.Op):
     return build
 
 
+def _product(*factors: Expr) -> Expr:
+    """SymPy's Mul, its factors ``1/d`` (Pow(d, -1)) as divisions: x/y is x / y, not x * (1/y),
+    which rounds differently (x0 % abs(x0) came back as x0 - abs(x0)*floor(0.9999999999999999))."""
+    one = const(1.0)
+    over = [f.args[1] for f in factors if f.op.name == "div" and f.args[0] is one]
+    kept = [f for f in factors if not (f.op.name == "div" and f.args[0] is one)]
+    out = _fold(ops.mul)(*kept) if kept else one / over.pop(0)
+    for d in over:
+        out = out / d
+    return out
+
+
 def _pow(base: Expr, ex: Expr) -> Expr:
     if ex is const(0.5):
         return ops.sqrt(base)
@@ -115,7 +127,7 @@ def _log(x: Expr, base: Expr | None = None) -> Expr:
 _FROM: dict[type, Any] = {  # the op table's functions first: the rows below (n-ary Min / Max folded) win
     **{_sympy_function(op): op for op in ops.OPS.values() if isinstance(op.to_sympy, str)},
     sympy.Add: _fold(ops.add),
-    sympy.Mul: _fold(ops.mul),
+    sympy.Mul: _product,
     sympy.Pow: _pow,
     sympy.log: _log,
     sympy.Max: _fold(ops.maximum),
