@@ -143,3 +143,23 @@ def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
     import pickle
 
     assert pickle.loads(pickle.dumps(vg)).backend == "vm"
+
+
+def test_sums_down_columns_add_row_by_row_in_the_same_order():
+    """t[j, k] = sum(body(i, j, k), i) over 12 rows is filled as a scatter adding row after row
+    (k innermost, contiguous): each element's additions in the interpreter's order, so the
+    numba loops and the VM give the interpreter's numbers to the last bit."""
+    rng = np.random.default_rng(2)
+    A, w = array("A", (12, 3, 5)), array("w", 12)
+    i, j, k = index("i", 12), index("j", 3), index("k", 5)
+    a = subscript(A, (i, j, k))
+    t = tensor(reduce("sum", sg.where(a > 0, a ** 2, -a) * subscript(w, i), i), j, k)
+    f = reduce("sum", reduce("sum", sg.sin(subscript(t, (j, k))), k), j)
+    values = {A: rng.normal(size=(12, 3, 5)), w: rng.normal(size=12)}
+    _check(f, values, {})
+    x = np.concatenate([values[A].ravel(), values[w]])
+    want = sg.evaluate(t, values)
+    assert "t3[i5, i6] += " in sg.compile([f, t], [A, w], backend="numba").source  # k innermost, i outside
+    for backend in ("numba", "vm"):
+        got = sg.compile([f, t], [A, w], backend=backend)(x)
+        np.testing.assert_array_equal(got[1:].reshape(3, 5), want)

@@ -609,8 +609,8 @@ def take(a: Expr, key: tuple) -> Expr:
     addresses = [slices[k] if k in slices else _read(picks[k], J, a.shape[k]) if isinstance(picks[k], Expr)
                  else _picked(np.broadcast_to(picks[k], shape), J) for k in range(a.ndim)]
     side_by_side = max(picks) - min(picks) + 1 == len(picks)
-    before = [slices[k] for k in sorted(slices) if side_by_side and k < min(picks)]
-    out = [*before, *J, *(slices[k] for k in sorted(slices) if slices[k] not in before)]
+    before = [k for k in sorted(slices) if side_by_side and k < min(picks)]  # (axes: == on Exprs builds nodes)
+    out = [*(slices[k] for k in before), *J, *(slices[k] for k in sorted(slices) if k not in before)]
     return rolled.tensor(element(a, tuple(addresses)), *out) if out else element(a, tuple(addresses))
 
 
