@@ -59,7 +59,7 @@ NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one
 # hidden state of 8) makes thousands of loop nests of a few iterations each, too many for Numba to
 # compile quickly and slow on the loop VM (the rnn example: 18 ms a call rolled, 0.5 ms unrolled).
 NESTS_MIN, UNROLLED_MAX = 500, 10**5
-_F64 = np.dtype(np.float64)
+_F64, _OBJECT = np.dtype(np.float64), np.dtype(object)
 _SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
 _fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
 
@@ -194,7 +194,7 @@ def _scalar_at(k: int, kind: type, flat: np.ndarray) -> Any:
 
 
 def _block_at(where: slice, shape: tuple, dtype: Any, flat: np.ndarray) -> np.ndarray:
-    piece = flat[where].reshape(shape)
+    piece = flat[where] if len(shape) == 1 else flat[where].reshape(shape)
     return piece if dtype is None else piece.astype(dtype)
 
 
@@ -351,7 +351,7 @@ class Trace:
         """The result in its structure, from the flat outputs (floats, or expressions)."""
         if self._structure is None:  # a sparse matrix, as compiled
             return flat
-        if flat.dtype == object:
+        if flat.dtype is _OBJECT:
             return self._structure(_pieces(flat, self.blocks))
         return self._structure([cut(flat) for cut in self._cuts])
 
