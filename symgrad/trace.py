@@ -704,12 +704,12 @@ class Function:
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of
-        them trace as rolled arrays: a small one meets a large one in ``X @ w``), or an array of
-        integers (labels indexing a traced array: only rolled arrays gather through them)."""
+        them trace as rolled arrays: a small one meets a large one in ``X @ w``), or integers
+        (labels, an index: only rolled arrays gather through traced integers)."""
         traced = [a for k, a in (*enumerate(args), *kwargs.items())
                   if k not in self.static_argnums and k not in self.static_argnames]
-        return any(np.size(leaf) >= ROLLED_MIN or isinstance(leaf, np.ndarray) and leaf.ndim and
-                   leaf.dtype.kind in "iu" for leaf in pytree.flatten(traced)[0])
+        leaves = pytree.flatten(traced)[0]
+        return any(np.size(leaf) >= ROLLED_MIN or ndarrays.holds_integers(leaf) for leaf in leaves)
 
     def _split_extra(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any]:
         """fn's arguments and the vector an hvp takes besides (last, or v=)."""

@@ -457,3 +457,15 @@ def test_random_advanced_indexing_equals_numpy(shape, data):
     x = sg.array("x", tuple(shape))
     got = x[tuple(key)]
     np.testing.assert_array_equal(sg.evaluate(got, {x: v}), want)
+
+
+def test_an_integer_argument_indexes_at_any_size_without_retracing():
+    """x[k] with k an int argument (JAX's dynamic index): rolled even for 3 elements, new k reuse
+    the trace, negative k counts from the end, out of bounds raises."""
+    f = sg.grad(lambda x, k: x[k] ** 2 + np.sum(x))
+    x0 = np.arange(3.0)
+    np.testing.assert_array_equal(f(x0, 1), [1.0, 3.0, 1.0])
+    np.testing.assert_array_equal(f(x0, -1), [1.0, 1.0, 5.0])
+    assert len(f._traces) == 1 and f._last.indexed
+    with pytest.raises(IndexError, match="out of bounds for the axis it indexes"):
+        f(x0, 3)

@@ -154,8 +154,8 @@ def as_index(v: float, n: float) -> int:
     (3, 4)
     """
     if not (-n <= v < n) or v != math.floor(v):
-        raise IndexError("symgrad: an integer array used as indices holds a value out of bounds for the axis "
-                         "it indexes")
+        raise IndexError("symgrad: an index read from a traced integer argument is out of bounds for the "
+                         "axis it indexes")
     return int(v) % int(n)
 
 

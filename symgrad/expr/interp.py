@@ -116,8 +116,8 @@ class Rolled:
             raise TypeError("unroll: a gather through an integer data array has no unrolled form (its addresses "
                             "are values)")
         if np.any(~((-n <= value) & (value < n)) | (value != np.floor(value))):
-            raise IndexError("symgrad: an integer array used as indices holds a value out of bounds for the axis "
-                             "it indexes")
+            raise IndexError("symgrad: an index read from a traced integer argument is out of bounds for the "
+                             "axis it indexes")
         return np.mod(value, n)
 
     def cumsum(self, value: np.ndarray, axis: int, reverse: bool) -> np.ndarray:
