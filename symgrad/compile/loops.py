@@ -34,6 +34,7 @@ from symgrad.expr.rolled import (
     by_name,
     costly,
     fresh_index,
+    index,
     reduce,
     scatter,
     shape_of,
@@ -238,10 +239,19 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     def loop(nest: list[Expr]) -> None:
         _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
 
+    fused = _fused(order, outputs)
     for kind, nodes in _schedule(order, products):
-        if kind in ("product", "cumsum"):
+        if kind == "tensors":
+            nodes = [n for n in nodes if n not in fused]
+            if not nodes:
+                continue
+        if kind == "product":
             place(nodes[0])
-            top.lines += [_dot(nodes[0], buffers)] if kind == "product" else _running(nodes[0], buffers)
+            top.lines.append(_dot(nodes[0], buffers))
+            continue
+        if kind == "cumsum":
+            place(nodes[0])
+            _running(nodes[0], buffers, emitter, top, fused)
             continue
         for node in nodes[:1] if kind == "accumulate" else nodes:
             place(node)
@@ -449,30 +459,50 @@ def _dot(node: Expr, buffers: dict) -> str:
     return f"np.dot({view(first, axes[0])}, {view(second, c)}, {buffers[node]})"
 
 
-def _running(node: Expr, buffers: dict) -> list[str]:
+def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: set) -> None:
     """The loops filling the running sums ``node`` (axes in order, its axis backwards if reversed):
     each element adds the one before it along the axis (np.cumsum's order of additions). Along
     the last axis the sum so far is kept in a register (one add per element); along another, the
-    row before is read back, each element of a row independent of the others (vectorised)."""
-    (axis, reverse), shape = node.payload, node.shape
-    names = [f"s{k}" for k in range(len(shape))]
-    n, at = shape[axis], names[axis]
-    dst, src = buffers[node], buffers[node.args[0]]
-    lines = [f"for {name} in range({d}):" if k != axis or not reverse else f"for {name} in range({d - 1}, -1, -1):"
-             for k, (name, d) in enumerate(zip(names, shape))]
+    row before is read back, each element of a row independent of the others (vectorised). An
+    operand in ``fused`` (cheap arithmetic read by nothing else) is computed in the loop itself."""
+    (axis, reverse), shape, operand = node.payload, node.shape, node.args[0]
+    indices = tuple(fresh_index(index("s", n)) for n in shape)
+    levels, region = [], top
+    for i in indices:
+        region = _Region(region, region.bound | {i}, {**region.loops, i: emitter.fresh("i")})
+        levels.append(region)
+    names = [region.loops[i] for i in indices]
     here = ", ".join(names)
-    if axis == len(shape) - 1:
-        lines.insert(axis, "acc = 0.0")
-        body = [f"acc = acc + {src}[{here}]", f"{dst}[{here}] = acc"]
+    if operand in fused:
+        value = emitter.value(substitute_indices(operand.args[0], dict(zip(operand.args[1:], indices))), region)
     else:
+        value = f"{buffers[operand]}[{here}]"
+    dst = buffers[node]
+    if axis == len(shape) - 1:
+        acc = emitter.fresh("a")
+        (levels[axis - 1] if axis else top).lines.append(f"{acc} = 0.0")
+        region.lines += [f"{acc} = {acc} + {value}", f"{dst}[{here}] = {acc}"]
+    else:
+        at = names[axis]
         before = ", ".join([*names[:axis], f"{at} + 1" if reverse else f"{at} - 1", *names[axis + 1:]])
-        first = f"{at} < {n - 1}" if reverse else f"{at} > 0"
-        body = [f"{dst}[{here}] = {src}[{here}] + ({dst}[{before}] if {first} else 0.0)"]
-    out, depth = [], 0
-    for line in lines:
-        out.append("    " * depth + line)
-        depth += line.startswith("for ")
-    return out + ["    " * depth + line for line in body]
+        first = f"{at} < {shape[axis] - 1}" if reverse else f"{at} > 0"
+        region.lines.append(f"{dst}[{here}] = {value} + ({dst}[{before}] if {first} else 0.0)")
+    for depth, (name, n, level) in enumerate(zip(names, shape, levels)):
+        steps = f"{n - 1}, -1, -1" if depth == axis and reverse else f"{n}"
+        top.lines.append("    " * depth + f"for {name} in range({steps}):")
+        top.lines += ["    " * (depth + 1) + line for line in level.lines]
+
+
+def _fused(order: list[Expr], outputs: list[Expr]) -> set:
+    """Tensors of cheap arithmetic that only running sums read (not outputs): computed in the
+    running sums' loop instead of filling an array first (the compiled loops; the VM fills it)."""
+    uses: dict[Expr, int] = {}
+    for node in order:
+        for a in node.args:
+            uses[a] = uses.get(a, 0) + 1
+    kept = set(outputs)
+    return {n.args[0] for n in order if n.op.name == "cumsum" and n.args[0].op.name == "tensor"
+            and uses[n.args[0]] == 1 and n.args[0] not in kept and not any(costly(m) for m in _body(n.args[0]))}
 
 
 def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
