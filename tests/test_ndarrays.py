@@ -198,6 +198,13 @@ def test_cumsum_compiles_to_a_loop_and_composes_with_every_transform():
     np.testing.assert_array_equal(on_numba(v)[1], on_vm(v)[1])
     kernel = on_numba.trace(v).source.split("def point")[0]
     assert kernel.count("for ") == 3  # 2 * cumsum is computed in the backward loop, not stored first
+    strided = lambda x: np.sum(np.cumsum(x)[::2] ** 2) + np.sum(np.cumsum(x) ** 3)  # noqa: E731
+    # its adjoint array is 3 c**2 with a strided scatter added in: never recomputed in the backward loop
+    by_numba = sg.value_and_grad(strided, backend="numba")(v)[1]
+    np.testing.assert_array_equal(by_numba, sg.value_and_grad(strided, backend="vm")(v)[1])
+    c = np.cumsum(v)
+    adjoint = 3 * c ** 2 + np.where(np.arange(100) % 2 == 0, 2 * c, 0.0)
+    np.testing.assert_allclose(by_numba, np.cumsum(adjoint[::-1])[::-1], rtol=1e-12)
     J = sg.jacobian(lambda x: np.cumsum(x ** 2, axis=1))(x0)
     assert sg.jacobian(lambda x: np.cumsum(x ** 2, axis=1)).trace(x0).indexed
     want = np.zeros((12, 9, 12, 9))

@@ -239,8 +239,9 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     def loop(nest: list[Expr]) -> None:
         _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
 
-    fused = _fused(order, outputs)
-    for kind, nodes in _schedule(order, products):
+    units = _schedule(order, products)
+    fused = _fused(order, outputs, units)
+    for kind, nodes in units:
         if kind == "tensors":
             nodes = [n for n in nodes if n not in fused]
             if not nodes:
@@ -493,16 +494,25 @@ def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: 
         top.lines += ["    " * (depth + 1) + line for line in level.lines]
 
 
-def _fused(order: list[Expr], outputs: list[Expr]) -> set:
+def _fused(order: list[Expr], outputs: list[Expr], units: list[tuple[str, list]]) -> set:
     """Tensors of cheap arithmetic that only running sums read (not outputs): computed in the
-    running sums' loop instead of filling an array first (the compiled loops; the VM fills it)."""
+    running sums' loop instead of filling an array first (the compiled loops; the VM fills it).
+    Only tensors filled by a plain nest: one that scatters add into ("accumulate") is its
+    buffer's only complete value."""
+    uses = _uses(order)
+    plain = {n for kind, nodes in units if kind == "tensors" for n in nodes}
+    kept = set(outputs)
+    return {n.args[0] for n in order if n.op.name == "cumsum" and n.args[0] in plain and uses[n.args[0]] == 1
+            and n.args[0] not in kept and not any(costly(m) for m in _body(n.args[0]))}
+
+
+def _uses(order: list[Expr]) -> dict[Expr, int]:
+    """How many times each node is an argument in ``order``."""
     uses: dict[Expr, int] = {}
     for node in order:
         for a in node.args:
             uses[a] = uses.get(a, 0) + 1
-    kept = set(outputs)
-    return {n.args[0] for n in order if n.op.name == "cumsum" and n.args[0].op.name == "tensor"
-            and uses[n.args[0]] == 1 and n.args[0] not in kept and not any(costly(m) for m in _body(n.args[0]))}
+    return uses
 
 
 def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
@@ -514,10 +524,7 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
     its body's other terms (or None), the scatters its body adds], which add in place: no
     buffer of their own, and scatters over the same ranges in one loop (a gradient through
     strided or table addresses is then one pass, as written by hand)."""
-    uses: dict[Expr, int] = {}
-    for node in order:
-        for a in node.args:
-            uses[a] = uses.get(a, 0) + 1
+    uses = _uses(order)
     accumulating, hidden = {}, set()
     for t in order:
         if t.op.name == "tensor" and t not in products:
