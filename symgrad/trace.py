@@ -258,7 +258,7 @@ class Trace:
                 result, aux = result
             self.exprs = result
             self.outputs, self.out_tree = _out_leaves(result, who)
-            if indexed and not fresh:
+            if indexed and not fresh and not integer:  # (element traces cannot gather through integer arguments)
                 _refuse_fragments([e for exprs, _ in self.outputs for e in exprs], who)
             self.aux, self.aux_tree = _out_leaves(aux, f"{who} (aux)") if owner.has_aux else ([], None)
             self.extra = self._extra_variables(tag)

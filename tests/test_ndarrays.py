@@ -482,3 +482,20 @@ def test_an_integer_argument_indexes_at_any_size_without_retracing():
     assert len(f._traces) == 1 and f._last.indexed
     with pytest.raises(IndexError, match="out of bounds for the axis it indexes"):
         f(x0, 3)
+
+
+def test_a_python_loop_indexing_with_an_integer_argument_stays_rolled():
+    """An element trace cannot gather through a traced integer: with one, the loop stays rolled."""
+    def loss(W, xs, k):
+        h, total = np.zeros(8), 0.0
+        for t in range(80):
+            h = np.tanh(W @ h + xs[t])
+            total = total + h[k] ** 2
+        return total
+
+    W, xs = np.cos(np.arange(64.0)).reshape(8, 8) * 0.4, np.sin(np.arange(80.0) * 0.3)
+    vg = sg.value_and_grad(loss, backend="python")
+    value, gradient = vg(W, xs, 3)
+    assert value == pytest.approx(loss(W, xs, 3), rel=1e-12) and vg._last.indexed
+    step = 1e-6 * np.eye(64)[9].reshape(8, 8)
+    assert gradient[1, 1] == pytest.approx((loss(W + step, xs, 3) - loss(W - step, xs, 3)) / 2e-6, rel=1e-6)
