@@ -58,6 +58,10 @@ class Rolled:
 
     def __init__(self, order: list[Expr], values: dict[str, Any], symbolic: bool) -> None:
         self.axes = {n: k for k, n in enumerate(n for n in order if n.op.name == "index")}
+        if len(self.axes) > 64:
+            raise ValueError(f"the interpreter gives each index symbol of a rolled graph an array axis; this one "
+                             f"has {len(self.axes)} and NumPy allows 64: evaluate it compiled (backend 'vm' or "
+                             "'numba')")
         self.values, self.symbolic = values, symbolic
 
     def index(self, node: Expr) -> np.ndarray:
