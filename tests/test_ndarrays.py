@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import symgrad as sg
 from symgrad import trace
+from symgrad.expr import ndarrays
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -501,3 +502,15 @@ def test_a_python_loop_indexing_with_an_integer_argument_stays_rolled():
     assert value == pytest.approx(loss(W, xs, 3), rel=1e-12) and vg._last.indexed
     step = 1e-6 * np.eye(64)[9].reshape(8, 8)
     assert gradient[1, 1] == pytest.approx((loss(W + step, xs, 3) - loss(W - step, xs, 3)) / 2e-6, rel=1e-6)
+
+
+def test_a_gather_through_integers_prints_and_typesets():
+    y, z = sg.array("y", 3), sg.array("z", (3, 4))
+    with ndarrays.integers([y]):
+        picked = z[np.arange(3), y]
+    assert "as_index(y[" in str(picked)
+    assert r"\operatorname{as\_index}\left(y_{" in sg.latex(np.sum(picked))
+    np.testing.assert_array_equal(sg.evaluate(picked, {y: [1.0, -4.0, 3.0], z: np.arange(12.0).reshape(3, 4)}),
+                                  [1.0, 4.0, 11.0])
+    with pytest.raises(IndexError, match="out of bounds for the axis it indexes"):
+        sg.evaluate(picked, {y: [1.0, 4.0, 3.0], z: np.zeros((3, 4))})

@@ -331,7 +331,7 @@ scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, bind
                doc="the array of sums of a body into addresses over bound indices (payload: shape, "
                    "number of addresses); args: body, addresses, indices")
 as_index = _row("as_index", 2, None, "float(fastmath.as_index({0}, {1}))", (None, None), kind="rolled",
-                template=call_template("as_index(", 2, ")"),
+                template=call_template("as_index(", 2, ")"), latex=_func(r"\operatorname{as\_index}", 2),
                 evaluate=lambda node, args, ctx: ctx.as_index(args[0], args[1]),
                 doc="the integer a value read from an integer data array gives as an index into an axis of "
                     "size n (args: value, n): its integer part, negative values counted from the end as in "
