@@ -118,3 +118,77 @@ def mlp(X, T, W1, b1, W2, b2):
     dz = (e / s - T) / len(X)
     dpre = (dz @ W2.T) * (1 - a * a)
     return loss, (X.T @ dpre, dpre.sum(axis=0), a.T @ dz, dz.sum(axis=0))
+
+
+def _rnn_weights(theta, hidden):
+    h2 = hidden * hidden
+    return (theta[:h2].reshape(hidden, hidden), theta[h2:h2 + hidden], theta[h2 + hidden:h2 + 2 * hidden],
+            theta[h2 + 2 * hidden:])
+
+
+def rnn_numpy(theta, xs, ys, hidden):
+    """The batch tanh RNN of examples/rnn.py, loss and gradient by backpropagation through time
+    written in NumPy (a Python loop over the steps, whole-batch products)."""
+    W, u, b, v = _rnn_weights(theta, hidden)
+    steps, batch = xs.shape
+    hs = np.zeros((steps + 1, batch, hidden))
+    for t in range(steps):
+        hs[t + 1] = np.tanh(hs[t] @ W.T + xs[t][:, None] * u + b)
+    r = hs[1:] @ v - ys
+    scale = 2.0 / (steps * batch)
+    dW, du, db = np.zeros_like(W), np.zeros_like(u), np.zeros_like(b)
+    dv = np.einsum("tb,tbh->h", r, hs[1:]) * scale
+    dh = np.zeros((batch, hidden))
+    for t in range(steps - 1, -1, -1):
+        dh = dh + scale * r[t][:, None] * v
+        da = dh * (1 - hs[t + 1] ** 2)
+        dW += da.T @ hs[t]
+        du += xs[t] @ da
+        db += da.sum(axis=0)
+        dh = da @ W
+    return np.mean(r ** 2), np.concatenate([dW.ravel(), du, db, dv])
+
+
+@numba.njit(error_model="numpy", fastmath=False)
+def rnn(theta, xs, ys, hidden):
+    """The same loss and gradient as rnn_numpy, as plain loops (what one would write in C)."""
+    steps, batch = xs.shape
+    h2 = hidden * hidden
+    hs = np.zeros((steps + 1, batch, hidden))
+    for t in range(steps):
+        for s in range(batch):
+            for i in range(hidden):
+                a = theta[h2 + i] * xs[t, s] + theta[h2 + hidden + i]
+                for j in range(hidden):
+                    a += theta[i * hidden + j] * hs[t, s, j]
+                hs[t + 1, s, i] = np.tanh(a)
+    loss = 0.0
+    g = np.zeros(theta.size)
+    r = np.empty((steps, batch))
+    scale = 2.0 / (steps * batch)
+    for t in range(steps):
+        for s in range(batch):
+            y = -ys[t, s]
+            for i in range(hidden):
+                y += theta[h2 + 2 * hidden + i] * hs[t + 1, s, i]
+            r[t, s] = y
+            loss += y * y
+            for i in range(hidden):
+                g[h2 + 2 * hidden + i] += scale * y * hs[t + 1, s, i]
+    dh = np.zeros((batch, hidden))
+    da = np.empty(hidden)
+    for t in range(steps - 1, -1, -1):
+        for s in range(batch):
+            for i in range(hidden):
+                d = dh[s, i] + scale * r[t, s] * theta[h2 + 2 * hidden + i]
+                da[i] = d * (1.0 - hs[t + 1, s, i] ** 2)
+                g[h2 + i] += xs[t, s] * da[i]
+                g[h2 + hidden + i] += da[i]
+                for j in range(hidden):
+                    g[i * hidden + j] += da[i] * hs[t, s, j]
+            for j in range(hidden):
+                acc = 0.0
+                for i in range(hidden):
+                    acc += da[i] * theta[i * hidden + j]
+                dh[s, j] = acc
+    return loss / (steps * batch), g

@@ -657,6 +657,72 @@ def _called(fn, *args):
     return fn
 
 
+RNN = (120, 16, 8)  # steps, sequences, hidden units (examples/rnn.py)
+
+
+def rnn_numpy(theta, xs, ys):
+    """examples/rnn.py's loss written with sg.scan (every step scored)."""
+    h = RNN[2]
+    W, u, b, v = theta[:h * h].reshape(h, h), theta[h * h:h * h + h], theta[h * h + h:h * h + 2 * h], theta[-h:]
+
+    def step(state, xy):
+        x, y = xy
+        state = np.tanh(state @ W.T + x[:, None] * u + b)
+        return state, np.mean((state @ v - y) ** 2)
+
+    return np.mean(sg.scan(step, np.zeros(RNN[1:]), (xs, ys))[1])
+
+
+def rnn_python_loop(theta, xs, ys):
+    """The same loss with a Python loop over the steps (how it was written before sg.scan)."""
+    h = RNN[2]
+    W, u, b, v = theta[:h * h].reshape(h, h), theta[h * h:h * h + h], theta[h * h + h:h * h + 2 * h], theta[-h:]
+    state, total = np.zeros(RNN[1:]), 0.0
+    for t in range(xs.shape[0]):
+        state = np.tanh(state @ W.T + xs[t][:, None] * u + b)
+        total = total + np.mean((state @ v - ys[t]) ** 2)
+    return total / xs.shape[0]
+
+
+def rnn_jax(theta, xs, ys):
+    h = RNN[2]
+    W, u, b, v = theta[:h * h].reshape(h, h), theta[h * h:h * h + h], theta[h * h + h:h * h + 2 * h], theta[-h:]
+
+    def step(state, xy):
+        x, y = xy
+        state = jnp.tanh(state @ W.T + x[:, None] * u + b)
+        return state, jnp.mean((state @ v - y) ** 2)
+
+    return jnp.mean(jax.lax.scan(step, jnp.zeros(RNN[1:]), (xs, ys))[1])
+
+
+def recurrences() -> None:
+    """A recurrence over time written with sg.scan (examples/rnn.py's batch of tanh RNNs): against
+    backpropagation through time by hand (Numba loops, NumPy) and JAX's lax.scan."""
+    steps, batch, hidden = RNN
+    t = np.linspace(0, 4 * np.pi, steps)[:, None] + np.linspace(0, np.pi, batch)
+    xs, ys = np.sin(t), 0.8 * np.sin(t - 0.7)
+    theta = np.random.default_rng(0).normal(scale=0.3, size=hidden * hidden + 3 * hidden)
+    problem = f"RNN {steps} steps x {batch} sequences, hidden {hidden}: loss + gradient"
+    base = per_call(hand.rnn, theta, xs, ys, hidden)
+    row(problem, "hand-written @njit BPTT", "per call", base, base)
+    row(problem, "NumPy by hand (BPTT)", "per call", per_call(hand.rnn_numpy, theta, xs, ys, hidden), base)
+    for tool, fn in (("symgrad value_and_grad(fn), sg.scan", rnn_numpy),
+                     ("symgrad value_and_grad(fn), Python loop over steps", rnn_python_loop)):
+        t, vg = first(lambda fn=fn: _called(sg.value_and_grad(fn), theta, xs, ys))
+        row(problem, tool, "first result", t, None, "s")
+        row(problem, tool, "Numba kernels in (background)", t + settled(vg), None, "s")
+        row(problem, tool, "per call", per_call(vg, theta, xs, ys), base)
+        got, want = vg(theta, xs, ys), hand.rnn(theta, xs, ys, hidden)
+        assert np.isclose(got[0], want[0]) and np.allclose(got[1], want[1])
+    if HAVE["jax"]:
+        f = jax.jit(jax.value_and_grad(rnn_jax))
+        t, _ = first(lambda: jax.block_until_ready(f(theta, xs, ys)))
+        row(problem, "JAX jit(value_and_grad), lax.scan", "first result", t, None, "s")
+        row(problem, "JAX jit(value_and_grad), lax.scan", "per call",
+            per_call(lambda: jax.block_until_ready(f(theta, xs, ys))), base)
+
+
 def threshold() -> None:
     """Around the auto threshold: Numba's compile against the VM's slower calls."""
     for n in (5, 15, 40):
@@ -701,7 +767,7 @@ def write(path: Path) -> str:
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
     for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian, bounded,
-                 import_time, rolled, numpy_code):
+                 import_time, rolled, numpy_code, recurrences):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)

@@ -774,7 +774,10 @@ class Function:
         t = self.trace(*(one_row(i, a) for i, a in enumerate(args)),
                        **{k: one_row(k, v) for k, v in kwargs.items()})
         n = counts[data[0]][0]
-        P = np.hstack([np.reshape(pick(key), (n, -1)) for key in t.data_keys]).astype(float, copy=False)
+        rows = [np.reshape(pick(key), (n, -1)) for key in t.data_keys]
+        if t._constant_values is not None:  # the NumPy constants fn captured: the same in every row
+            rows.append(np.broadcast_to(t._constant_values, (n, t._constant_values.size)))
+        P = np.hstack(rows).astype(float, copy=False)
         return t.assemble(t.compiled.sum(t._pack(t.wrt_keys, args, kwargs), P))
 
     def _summed(self, n_args: int, argnums: set) -> Function:

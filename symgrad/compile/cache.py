@@ -33,6 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import llvmlite.binding
 import numba
 from numba.core.caching import (
     CompileResultCacheImpl,
@@ -41,6 +42,12 @@ from numba.core.caching import (
     _CacheLocator,
 )
 from numba.core.registry import CPUDispatcher
+
+# LLVM 22 (llvmlite 0.50) aborts the whole process on an assertion in LoopPeel ("when peeling the
+# last iteration ... can only peel a single iteration") for a loop whose last two iterations each
+# settle a compare: the guarded reads of a scan's adjoint make such loops. Peeling at most one
+# iteration never reaches it (and peeling more is rare: a loop's first iteration is peeled alone).
+llvmlite.binding.set_option("symgrad", "--unroll-peel-max-count=1")
 
 # Modules loaded in this process, held strongly: their machine code stays in memory anyway.
 _LOADED: dict[str, ModuleType] = {}

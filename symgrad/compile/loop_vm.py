@@ -32,7 +32,7 @@ BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noi
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
 # Pseudo-ops, past the op table's codes. Rows are (op, d, a, b, c, e).
 (CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, HRED, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
- DOT, RET, IDIV, IMOD, CLAMP, SCAN) = range(1000, 1021)
+ DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS) = range(1000, 1022)
 _KINDS = {"sum": 0, "max": 1, "min": 2}
 
 _MEMORY = """if {0} == 0:
@@ -72,6 +72,11 @@ _PSEUDO = [
     (COPY, _MEMORY.format("a") + "\nS = M\n" + _MEMORY.format("c") + "\nM[b:b + e] = S[d:d + e]"),
     (DOT, "dot(ints[a:a + 15], x, p, out, work, tables)"),
     (SCAN, "scan(ints[a:a + 8], x, p, out, work, tables)"),
+    # a row of a scan's carries, or of a stacked input, at the step a loop counter counts (ints:
+    # source memory, offset, stride; destination memory, offset, stride; size; counter)
+    (ROWS, "g = ints[a:a + 8]\ns = counters[g[7]]\n" + _MEMORY.format("g[0]") + "\nS = M\n" +
+     _MEMORY.format("g[3]") + "\nsrc, dst = g[1] + s * g[2], g[4] + s * g[5]\n"
+     "M[dst:dst + g[6]] = S[src:src + g[6]]"),
     (RET, "ret = r[a, 0]"),
     (IDIV, "for j in range(L):\n    rd[j] = float(int(ra[j]) // int(rb[j]))"),
     (IMOD, "for j in range(L):\n    rd[j] = float(int(ra[j]) % int(rb[j]))"),
@@ -317,50 +322,10 @@ def lower(program: loops.LoopProgram) -> dict:
             (buffers if v.op.name == "array" else scalars)[v] = (memory, start)
     outputs, products = loops._plan(outputs)
     order = topo_order(outputs)
-    tables: list[float] = []
-    for t in (n for n in order if n.op.name == "table"):
-        buffers[t] = (TABLES, len(tables))
-        tables += map(float, t.payload[1])
-    emitter, top = _Lanes(buffers, scalars), loops._Region(None, frozenset(), {})
     slots, out_offsets, _ = loops._slots(outputs)
-    riders, ints, work = loops._riders(order), [], 0
-
-    def place(node: Expr, into: Expr | None = None) -> None:
-        nonlocal work
-        if into is not None:
-            buffers[node] = buffers[into]
-        elif node in out_offsets:
-            buffers[node] = (OUT, out_offsets[node])
-        else:
-            buffers[node], work = (WORK, work), work + math.prod(node.shape)
-
-    for kind, nodes in loops._schedule(order, products):
-        if kind == "product":
-            place(nodes[0])
-            ints += _dot_operands(nodes[0], buffers)
-            top.lines.append((DOT, 0, len(ints) - 15, 0, 0, 0))
-        elif kind == "cumsum":
-            place(nodes[0])
-            ints += _scan_operands(nodes[0], buffers)
-            top.lines.append((SCAN, 0, len(ints) - 8, 0, 0, 0))
-        elif kind == "accumulate":
-            total, rest, scatters = nodes[0], nodes[1], nodes[2:]
-            place(total)
-            if rest is None:
-                top.lines.append((ZERO, 0, *buffers[total], math.prod(total.shape), 0))
-            else:
-                place(rest, into=total)
-                _nest([rest], emitter, top, riders)
-            for nest in loops._nests(scatters):
-                for sc in nest:
-                    place(sc, into=total)
-                _nest(nest, emitter, top, riders)
-        else:
-            for node in nodes:
-                place(node)
-            if kind == "scatter":
-                top.lines.append((ZERO, 0, *buffers[nodes[0]], math.prod(nodes[0].shape), 0))
-            _nest(nodes, emitter, top, riders)
+    lowering, top = _Lowering(buffers, scalars, out_offsets), loops._Region(None, frozenset(), {})
+    lowering.arrays(order, products, top)
+    emitter = lowering.emitter
     zero = emitter.value(loops._ZERO, top)
     for r, start in slots:
         size = math.prod(r.shape) if r.op.array_valued else 1
@@ -371,9 +336,103 @@ def lower(program: loops.LoopProgram) -> dict:
     if not outputs[0].op.array_valued:
         top.lines.append((RET, 0, emitter.value(outputs[0], top), 0, 0, 0))
     code = np.array(_flatten(top.lines), dtype=np.int64).reshape(-1, 6)
-    dims = [emitter.count, emitter.slots, work, len(program.inputs), len(program.params), program.n_out]
-    return dict(code=code, ints=np.array(ints or [0], dtype=np.int64), consts=np.array(emitter.consts or [0.0]),
-                tables=np.array(tables or [0.0]), dims=np.array(dims, dtype=np.int64))
+    dims = [emitter.count, emitter.slots, lowering.work, len(program.inputs), len(program.params), program.n_out]
+    return dict(code=code, ints=np.array(lowering.ints or [0], dtype=np.int64),
+                consts=np.array(emitter.consts or [0.0]), tables=np.array(lowering.tables or [0.0]),
+                dims=np.array(dims, dtype=np.int64))
+
+
+class _Lowering:
+    """The rows filling a program's arrays, each in its buffer ((memory, offset)), and a scan's
+    step inside a loop over the steps."""
+
+    def __init__(self, buffers: dict, scalars: dict, out_offsets: dict) -> None:
+        self.emitter, self.buffers, self.out_offsets = _Lanes(buffers, scalars), buffers, out_offsets
+        self.ints: list[int] = []
+        self.tables: list[float] = []
+        self.work = 0  # floats of workspace taken so far
+
+    def take(self, size: int) -> tuple:
+        self.work += size
+        return WORK, self.work - size
+
+    def place(self, node: Expr, into: Expr | None = None) -> None:
+        if into is not None:
+            self.buffers[node] = self.buffers[into]
+        elif node in self.out_offsets:
+            self.buffers[node] = (OUT, self.out_offsets[node])
+        else:
+            self.buffers[node] = self.take(math.prod(node.shape))
+
+    def arrays(self, order: list[Expr], products: set, top: loops._Region) -> None:
+        """The rows filling the arrays of ``order`` (planned; ``products`` its BLAS products)."""
+        buffers, emitter, ints = self.buffers, self.emitter, self.ints
+        for t in (n for n in order if n.op.name == "table" and n not in buffers):
+            buffers[t] = (TABLES, len(self.tables))
+            self.tables += map(float, t.payload[1])
+        riders, place = loops._riders(order), self.place
+        for kind, nodes in loops._schedule(order, products):
+            if kind == "product":
+                place(nodes[0])
+                ints += _dot_operands(nodes[0], buffers)
+                top.lines.append((DOT, 0, len(ints) - 15, 0, 0, 0))
+            elif kind == "cumsum":
+                place(nodes[0])
+                ints += _scan_operands(nodes[0], buffers)
+                top.lines.append((SCAN, 0, len(ints) - 8, 0, 0, 0))
+            elif kind == "scan":
+                self.scan(nodes[0], top)
+            elif kind == "accumulate":
+                total, rest, scatters = nodes[0], nodes[1], nodes[2:]
+                place(total)
+                if rest is None:
+                    top.lines.append((ZERO, 0, *buffers[total], math.prod(total.shape), 0))
+                else:
+                    place(rest, into=total)
+                    _nest([rest], emitter, top, riders)
+                for nest in loops._nests(scatters):
+                    for sc in nest:
+                        place(sc, into=total)
+                    _nest(nest, emitter, top, riders)
+            else:
+                for node in nodes:
+                    place(node)
+                if kind == "scatter":
+                    top.lines.append((ZERO, 0, *buffers[nodes[0]], math.prod(nodes[0].shape), 0))
+                _nest(nodes, emitter, top, riders)
+
+    def scan(self, node: Expr, top: loops._Region) -> None:
+        """A loop over the steps: the carry before and each stacked input's row copied into the
+        step's buffers, the step's rows, the carry after copied into its row (rows 1..n of the
+        carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one)."""
+        length, reverse, step = node.payload
+        init, stacks, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
+        size, buffers = math.prod(init.shape), self.buffers
+        _, w = self.take((length + 1) * size)
+        buffers[node] = (WORK, w if reverse else w + size)
+        first = w + length * size if reverse else w
+        top.lines.append((COPY, buffers[init][1], buffers[init][0], first, WORK, size))
+        self.emitter.slots += 1
+        counter, body = self.emitter.slots, loops._Region(None, frozenset(), {})
+
+        def row(source: tuple, stride: int, destination: tuple, stride_to: int, n: int) -> None:
+            self.ints += [*source, stride, *destination, stride_to, n, counter]
+            body.lines.append((ROWS, 0, len(self.ints) - 8, 0, 0, 0))
+
+        def step_row(base: tuple, n: int) -> tuple:  # (memory, offset of row 0 of the steps, stride)
+            return ((base[0], base[1] + (length - 1) * n), -n) if reverse else (base, n)
+
+        carries = step_row((WORK, w + size if reverse else w), size)
+        rows = [(p, step_row(buffers[a], math.prod(p.shape))) for p, a in zip(step.xs, stacks)]
+        for placeholder, (src, stride) in [(step.carry, carries), *rows]:
+            buffers[placeholder] = self.take(math.prod(placeholder.shape))
+            row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
+        buffers.update(zip(step.consts, (buffers[a] for a in consts)))
+        outputs, products = loops._plan([step.body])
+        self.arrays(topo_order(outputs), products, body)
+        after, stride = step_row(buffers[node], size)
+        row(buffers[outputs[0]], 0, after, stride, size)
+        top.lines.append(("loop", counter, length, body.lines))
 
 
 def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) -> None:

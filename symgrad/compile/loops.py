@@ -217,64 +217,14 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     missing = sorted(str(n) for n in order if n.op.name in ("var", "array") and n not in scalars | buffers)
     if missing:
         raise ValueError(f"compiling: the outputs depend on {missing[:5]}, which are not among the inputs")
-    for k, t in enumerate(n for n in order if n.op.name == "table"):
-        buffers[t] = f"TABLE{k}"
-        head.append(f"TABLE{k} = np.array({list(t.payload[1])}, dtype=np.int64).reshape({tuple(t.payload[0])!r})")
     slots, out_offsets, offset = _slots(outputs)
     top = _Region(None, frozenset(), {})
-    riders = _riders(order)
-    work = 0
-
-    def place(node: Expr) -> None:
-        """A buffer for the array ``node``: its slice of ``out``, or of the workspace (allocated by the caller)."""
-        nonlocal work
-        buffers[node] = emitter.fresh("t")
-        size, start = math.prod(node.shape), out_offsets.get(node)
-        if start is None:
-            where, work = f"work[{work}:{work + size}]", work + size
-        else:
-            where = f"out[{start}:{start + size}]"
-        top.lines.append(f"{buffers[node]} = {where}.reshape({node.shape!r})")
-
-    def loop(nest: list[Expr]) -> None:
-        _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
-
-    units = _schedule(order, products)
-    fused = _fused(order, outputs, units)
-    for kind, nodes in units:
-        if kind == "tensors":
-            nodes = [n for n in nodes if n not in fused]
-            if not nodes:
-                continue
-        if kind == "product":
-            place(nodes[0])
-            top.lines.append(_dot(nodes[0], buffers))
-            continue
-        if kind == "cumsum":
-            place(nodes[0])
-            _running(nodes[0], buffers, emitter, top, fused)
-            continue
-        for node in nodes[:1] if kind == "accumulate" else nodes:
-            place(node)
-        if kind == "tensors":
-            loop(nodes)
-        elif kind == "scatter":
-            top.lines.append(f"{buffers[nodes[0]]}[...] = 0.0")
-            loop(nodes)
-        else:  # a tensor whose body adds scatters: the rest first, then each scatter adds in place
-            total, rest, scatters = nodes[0], nodes[1], nodes[2:]
-            if rest is None:
-                top.lines.append(f"{buffers[total]}[...] = 0.0")
-            else:
-                buffers[rest] = buffers[total]
-                loop([rest])
-            for nest in _nests(scatters):
-                buffers.update((sc, buffers[total]) for sc in nest)
-                loop(nest)
+    filler = _Filler(emitter, head, out_offsets)
+    filler.arrays(outputs, order, products, top)
     for r, start in slots:
         if not r.op.array_valued:
             top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
-        elif r.op.name == "array":  # an input as it is (the gradient of a linear function)
+        elif r.op.name in ("array", "scan"):  # an input as it is (the gradient of a linear function)
             top.lines.append(f"out[{start}:{start + math.prod(r.shape)}] = {buffers[r]}.ravel()")
         elif start != out_offsets[r]:  # the same array again: a copy of where it was computed
             size, first = math.prod(r.shape), out_offsets[r]
@@ -286,9 +236,99 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n    work = np.empty(WORK)\n"
     header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n\n"
     return (header + "".join(h + "\n" for h in head) +
-            f"WORK = {work}  # floats of workspace its temporary arrays take\n"
+            f"WORK = {filler.work}  # floats of workspace its temporary arrays take\n"
             f"\n\n@numba.njit(error_model='numpy')\ndef kernel(x, p, out, work):\n{body}\n"
             f"\n\n@numba.njit(error_model='numpy')\ndef point(x, p, out):\n{checks}{body}\n")
+
+
+class _Filler:
+    """Emits the loops filling a program's arrays, each in its buffer (a slice of ``out``, or of the
+    workspace), and a scan's step inside its loop over the steps."""
+
+    def __init__(self, emitter: _Emitter, head: list[str], out_offsets: dict) -> None:
+        self.emitter, self.buffers, self.head, self.out_offsets = emitter, emitter.buffers, head, out_offsets
+        self.work = 0  # floats of workspace taken so far
+
+    def take(self, size: int) -> str:
+        self.work += size
+        return f"work[{self.work - size}:{self.work}]"
+
+    def place(self, node: Expr, top: _Region, homes: dict) -> None:
+        """A buffer for the array ``node``: its home (a scan's row), its slice of ``out``, or of the workspace."""
+        self.buffers[node] = self.emitter.fresh("t")
+        size, start = math.prod(node.shape), self.out_offsets.get(node)
+        where = homes.get(node) or (self.take(size) + f".reshape({node.shape!r})" if start is None else
+                                    f"out[{start}:{start + size}].reshape({node.shape!r})")
+        top.lines.append(f"{self.buffers[node]} = {where}")
+
+    def arrays(self, outputs: list[Expr], order: list[Expr], products: set, top: _Region,
+               homes: dict | None = None) -> None:
+        """The loops filling the arrays of ``order`` (``outputs`` planned, ``products`` their BLAS products)."""
+        buffers, emitter, homes = self.buffers, self.emitter, homes or {}
+        for t in (n for n in order if n.op.name == "table" and n not in buffers):
+            buffers[t] = f"TABLE{len(self.head)}"
+            self.head.append(f"{buffers[t]} = np.array({list(t.payload[1])}, dtype=np.int64).reshape("
+                             f"{tuple(t.payload[0])!r})")
+        riders = _riders(order)
+
+        def loop(nest: list[Expr]) -> None:
+            _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
+
+        units = _schedule(order, products)
+        fused = _fused(order, outputs, units)
+        for kind, nodes in units:
+            if kind == "tensors":
+                nodes = [n for n in nodes if n not in fused]
+                if not nodes:
+                    continue
+            if kind == "scan":
+                self.scan(nodes[0], top)
+                continue
+            for node in nodes[:1] if kind == "accumulate" else nodes:
+                self.place(node, top, homes)
+            if kind == "product":
+                top.lines.append(_dot(nodes[0], buffers))
+            elif kind == "cumsum":
+                _running(nodes[0], buffers, emitter, top, fused)
+            elif kind == "tensors":
+                loop(nodes)
+            elif kind == "scatter":
+                top.lines.append(f"{buffers[nodes[0]]}[...] = 0.0")
+                loop(nodes)
+            else:  # a tensor whose body adds scatters: the rest first, then each scatter adds in place
+                total, rest, scatters = nodes[0], nodes[1], nodes[2:]
+                if rest is None:
+                    top.lines.append(f"{buffers[total]}[...] = 0.0")
+                else:
+                    buffers[rest] = buffers[total]
+                    loop([rest])
+                for nest in _nests(scatters):
+                    buffers.update((sc, buffers[total]) for sc in nest)
+                    loop(nest)
+
+    def scan(self, node: Expr, top: _Region) -> None:
+        """A loop over the steps around the step's loops: row 0 of the carries holds the initial one
+        (row n reversed), the step reads the row before and writes the next (rows views)."""
+        length, reverse, step = node.payload
+        init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
+        shape, size, emitter, buffers = init.shape, math.prod(init.shape), self.emitter, self.buffers
+        full, self.buffers[node] = emitter.fresh("s"), emitter.fresh("t")
+        at = self.work
+        top.lines.append(f"{full} = {self.take((length + 1) * size)}.reshape({(length + 1, *shape)!r})")
+        first = at if reverse else at + size
+        top.lines.append(f"{buffers[node]} = work[{first}:{first + length * size}].reshape({node.shape!r})")
+        top.lines.append(f"{full}[{length if reverse else 0}] = {buffers[init]}")
+        t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
+        before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
+        for placeholder, source in ((step.carry, f"{full}[{before}]"),
+                                    *((p, f"{buffers[a]}[{t}]") for p, a in zip(step.xs, rows))):
+            buffers[placeholder] = emitter.fresh("b")
+            body.lines.append(f"{buffers[placeholder]} = {source}")
+        buffers.update(zip(step.consts, (buffers[a] for a in consts)))
+        outputs, products = _plan([step.body])
+        self.arrays(outputs, topo_order(outputs), products, body, {outputs[0]: f"{full}[{after}]"})
+        top.lines.append(f"for {t} in range({length - 1}, -1, -1):" if reverse else f"for {t} in range({length}):")
+        top.lines += ["    " + line for line in body.lines]
 
 
 _LIBRARY_CALL = re.compile(r"(?<![\w.])math\.\w+\(")  # a C library call (not fastmath's)
@@ -342,7 +382,7 @@ def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
         for a in set(node.args):
             users[a] = users.get(a, 0) + 1
     axes = _axes(order)
-    shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and costly(n)}
+    shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and costly(n) and not _address(n)}
     outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, axes(node)) if node in shared else None)
     order = topo_order(outputs)
     axes, bodies, products = _axes(order), _bodies(order), set()
@@ -362,6 +402,15 @@ def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     products = {renamed.get(p, p) for p in products}
     outputs, renamed = _rewrite(outputs, lambda node, new: None if new in products else _by_rows(new))
     return outputs, {renamed.get(p, p) for p in products}
+
+
+def _address(n: Expr) -> bool:
+    """Whether ``n`` is index arithmetic (``(6*j + k) % 6``: loads' addresses read it, never an array)."""
+    try:
+        value_range(n)
+    except TypeError:
+        return False
+    return True
 
 
 def _by_rows(t: Expr) -> Expr | None:
@@ -539,7 +588,7 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
     units: list[tuple[str, list]] = []
     unit_of: dict[Expr, int] = {}
     for node in order:
-        if node.op.name not in ("tensor", "scatter", "cumsum") or node in hidden:
+        if node.op.name not in ("tensor", "scatter", "cumsum", "scan") or node in hidden:
             continue
         parts = [node, *(p for p in accumulating.get(node, ()) if p is not None)]
         after = max((unit_of.get(a, -1) for p in parts for a in _loaded(p)), default=-1)
@@ -550,7 +599,7 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
             units[home][1].append(node)
         else:
             kind = ("product" if node in products else "accumulate" if node in accumulating else
-                    node.op.name if node.op.name in ("scatter", "cumsum") else "tensors")
+                    node.op.name if node.op.name in ("scatter", "cumsum", "scan") else "tensors")
             units.append((kind, [node, *accumulating.get(node, ())]))
             home = len(units) - 1
         unit_of[node] = home
@@ -622,8 +671,8 @@ def _riders(order: list[Expr]) -> list[Expr]:
 
 def _loaded(node: Expr) -> set:
     """The arrays a tensor's body reads (not through other arrays: those have their own loops)."""
-    if node.op.name == "cumsum":
-        return {node.args[0]}
+    if node.op.name in ("cumsum", "scan"):
+        return set(node.args)
     return {n.args[0] for n in _body(node) if n.op.name == "load"}
 
 

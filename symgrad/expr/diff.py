@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ops, rolled
+from symgrad.expr import ops, rolled, scans
 from symgrad.expr.build import _as_expr, apply, const
-from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
 
@@ -86,7 +86,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
             update(min(CHUNK, len(order) - k))
         name = node.op.name
         if node.op.array_valued:
-            _array_adjoint(node, sites.pop(node, []), adj, outer, tidied, sites)
+            _array_adjoint(node, sites.pop(node, []), adj, outer, tidied, sites, active)
             continue
         g = adj.get(node) if name == "var" else adj.pop(node, None)
         if g is None:
@@ -116,10 +116,12 @@ def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
     adj[arg] = contrib if arg not in adj else adj[arg] + contrib
 
 
-def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict) -> None:
+def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
+                   active: set) -> None:
     """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body at its
     indices, a scatter's to its body at its addresses (tables are constants: nothing); running
-    sums hand their array the reversed running sums of theirs, read at every element."""
+    sums hand their array the reversed running sums of theirs, read at every element; a scan
+    its arguments what a scan the other way gives (scans.vjp)."""
     if node.op.name == "array":
         if sites:
             adj[node] = rolled.gather_adjoint(node, sites, outer, tidied)
@@ -137,6 +139,17 @@ def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dic
         every = rolled.fresh_indices(node)
         all_sites.setdefault(node.args[0], []).append((apply(ops.load, (node.args[0], *every)),
                                                        apply(ops.load, (back, *outer, *every))))
+    elif sites and node.op.name == "scan":
+        if outer:
+            raise TracingError("a Jacobian (or Hessian) of an array through sg.scan is not rolled yet: take "
+                               "gradients (sg.grad, sg.vjp) or Hessian-vector products (sg.hvp)")
+        at = rolled.fresh_indices(node)
+        back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *at)
+        for arg, bar in zip(node.args, scans.vjp(node, back, [a in active for a in node.args], grad)):
+            if bar is not None:
+                every = rolled.fresh_indices(arg)
+                site = (apply(ops.load, (arg, *every)), apply(ops.load, (bar, *every)))
+                all_sites.setdefault(arg, []).append(site)
 
 
 def _tie_share(node: Expr) -> Expr:
@@ -303,6 +316,11 @@ def _tangent(node: Expr, tangent: dict[Expr, Expr]) -> None:
     """The tangent of ``node`` from its arguments' (none if they have none). Rolled nodes are
     linear in their first argument: the same node over its tangent (a load from the tangent
     array; a reduction, tensor or scatter of the body's tangent); max / min weight it by ties."""
+    if node.op.name == "scan":
+        tangents = [tangent.get(a) for a in node.args]
+        if any(t is not None for t in tangents):
+            tangent[node] = scans.jvp(node, tangents, jvp)
+        return
     if node.op.kind == "rolled":
         t = tangent.get(node.args[0]) if node.args else None
         if t is not None and node.op.name in _TIES:

@@ -71,7 +71,7 @@ class Rolled:
 
     def array(self, node: Expr) -> np.ndarray:
         name, shape = node.payload
-        if self.symbolic:
+        if self.symbolic and name not in self.values:
             out = np.empty(shape, dtype=object)
             for k in np.ndindex(shape):
                 out[k] = Var(f"{name}[{', '.join(map(str, k))}]")
@@ -128,6 +128,20 @@ class Rolled:
         if reverse:
             return np.flip(np.cumsum(np.flip(value, axis), axis), axis)
         return np.cumsum(value, axis)
+
+    def scan(self, node: Expr, args: list) -> np.ndarray:
+        """The carries after each step: the step's graph run once a step on the placeholders' values."""
+        length, reverse, step = node.payload
+        order = topo_order([step.body])
+        init, rows, consts = args[0], args[1:1 + len(step.xs)], args[1 + len(step.xs):]
+        values = {p.payload[0]: v for p, v in zip(step.consts, consts)}
+        out = np.empty((length, *init.shape), dtype=object if self.symbolic else init.dtype)
+        carry = init
+        for t in range(length - 1, -1, -1) if reverse else range(length):
+            values[step.carry.payload[0]] = carry
+            values.update((p.payload[0], v[t]) for p, v in zip(step.xs, rows))
+            out[t] = carry = run(order, values, {step.body}, self.symbolic)[step.body]
+        return out
 
     def materialise(self, body: Any, indices: tuple) -> np.ndarray:
         axes = [self.axes[i] for i in indices]

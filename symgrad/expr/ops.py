@@ -345,6 +345,15 @@ cumsum = _row("cumsum", 1, None, None, kind="rolled", array_valued=True,
               doc="the running sums of an array along an axis, from its start (from its end: reverse); "
                   "a sequential loop (payload: axis, reverse)")
 
+scan = _row("scan", -1, None, None, kind="rolled", array_valued=True,
+            template=lambda node: ("scan(", str(node.payload[2]), *(x for k in range(len(node.args))
+                                                               for x in (", ", (k, 0))), ")"),
+            latex=lambda node: call_template(r"\operatorname{scan}\left(", len(node.args), r"\right)"),
+            evaluate=lambda node, args, ctx: ctx.scan(node, args),
+            doc="a loop carrying a state (sg.scan): the carries after each step, stacked (payload: length, "
+                "reverse, the step, a scans.Step); args: the initial carry, the arrays read a row per step, "
+                "the arrays read whole")
+
 # The scalar functions: every row a formula, a method or a NumPy ufunc can reach.
 FUNCTIONS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "scalar" and op.arity > 0}
 

@@ -73,6 +73,8 @@ def shape_of(node: Expr) -> tuple:
         return tuple(i.payload[1] for i in node.args[1:])
     if name == "cumsum":
         return shape_of(node.args[0])
+    if name == "scan":
+        return (node.payload[0], *shape_of(node.args[0]))
     return ()
 
 

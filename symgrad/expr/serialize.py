@@ -41,13 +41,44 @@ def dumps(exprs: Any, indent: int | None = None) -> str:
         "array" if isinstance(exprs, np.ndarray) else "list"
     nodes, outputs = to_flat(list(exprs.values()) if kind == "dict" else exprs)
     doc = {"format": FORMAT, "version": VERSION, "kind": kind,
-           "nodes": [[name, float(p).hex() if name == "const" else p, list(args)] for name, p, args in nodes],
+           "nodes": [[name, float(p).hex() if name == "const" else _step_doc(p) if name == "scan" else p,
+                      list(args)] for name, p, args in nodes],
            "outputs": outputs}
     if kind == "dict":
         doc["names"] = list(map(str, exprs))
     if kind == "array":
         doc["shape"] = list(exprs.shape)
     return json.dumps(doc, indent=indent, ensure_ascii=False)
+
+
+def _step_doc(payload: tuple) -> list:
+    """A scan's payload: length, reversed, the step's graph (a document of its own: body, carry
+    placeholder, then the stacked and the whole inputs' placeholders) and how many are stacked."""
+    length, reverse, step = payload
+    return [length, reverse, json.loads(dumps([step.body, step.carry, *step.xs, *step.consts])), len(step.xs)]
+
+
+def _scan(k: int, payload: Any, arguments: tuple) -> Expr:
+    """A scan node read back: its step's document loaded and checked against its arguments."""
+    from symgrad.expr import ops, scans
+    from symgrad.expr.node import intern
+
+    ok = isinstance(payload, list) and len(payload) == 4 and type(payload[0]) is int and payload[0] >= 1 and \
+        type(payload[1]) is bool and isinstance(payload[2], dict) and type(payload[3]) is int
+    parts = loads(json.dumps(payload[2])) if ok else []
+    if ok and len(parts) == len(arguments) + 1 and 0 <= payload[3] < len(arguments):
+        body, carry, places = parts[0], parts[1], parts[2:]
+        n = payload[3]
+        rows = [(1 + j, p) for j, p in enumerate(places) if j < n]
+        ok = all(p.op.name == "array" for p in parts[1:]) and body.op.array_valued and \
+            body.shape == carry.shape == arguments[0].shape and \
+            all(arguments[j].shape == (payload[0], *p.shape) for j, p in rows) and \
+            all(arguments[1 + j].shape == p.shape for j, p in enumerate(places) if j >= n)
+        if ok:
+            step = scans.Step(body, carry, tuple(places[:n]), tuple(places[n:]))
+            return intern(ops.OPS["scan"], arguments, (payload[0], payload[1], step))
+    raise FormatError(f"symgrad JSON: node {k} is malformed: a scan's payload is [length, reversed, the step's "
+                      "document (body, carry, placeholders), number of stacked inputs], matching its arguments")
 
 
 def loads(text: str | bytes) -> Any:
@@ -195,9 +226,9 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
     if not all(type(i) is int and 0 <= i < k for i in args):
         raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {str(args)[:80]} that are not "
                           "earlier nodes")
-    if len(args) != op.arity if op.arity >= 0 else len(args) < 2:
+    if len(args) != op.arity if op.arity >= 0 else len(args) < (1 if name == "scan" else 2):
         raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): {name} takes "
-                          f"{op.arity if op.arity >= 0 else 'at least 2'} argument(s), got {len(args)}")
+                          f"{op.arity if op.arity >= 0 else 'more'} argument(s), got {len(args)}")
     if name == "const":
         if not (isinstance(payload, str) and _HEX.fullmatch(payload)):
             raise FormatError(f"symgrad JSON: node {k}: a constant is written as float.hex() gives it "
@@ -211,11 +242,13 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
         if not (isinstance(payload, str) and payload and payload.isprintable()):
             raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): a variable needs a "
                               "printable name")
+    elif name == "scan":
+        return _scan(k, payload, tuple(built[i] for i in args))
     elif name in _ROLLED_FORMS:
         payload = _rolled_payload(k, name, payload)
     elif payload is not None and not (name == "load" and payload == "guarded"):
         raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
-                          "index, array, table, scatter, cumsum and guarded loads have one")
+                          "index, array, table, scatter, cumsum, scan and guarded loads have one")
     arguments = tuple(built[i] for i in args)
     try:  # rolled nodes are built through their checked constructors: ranges, bound indices
         if name == "load":

@@ -1,0 +1,366 @@
+"""``sg.scan``: a loop carrying a state from step to step (``jax.lax.scan``), one node for any length.
+
+The step function is traced once, on placeholders: the carry (every leaf of the carry's pytree
+packed into one vector), one row of each stacked input, and every outer array the step reads
+(closure conversion, as a jaxpr's constants). The node ``scan(init, stacks..., consts...)`` is
+the array of the carries after each step, ``R[t]``; the step's outputs ``ys`` are not in the loop:
+each is a function of (carry before the step, row t), so all of them are one ordinary rolled
+array over ``t`` (vmap's rewrite, ``batching.batch``), computed after the loop at array speed.
+
+Derivatives follow the same split. Reverse mode (``vjp``) is a scan running the other way whose
+carry is the adjoint reaching the carry before each step; the adjoints of the rows and of the
+outer arrays are then rolled arrays over ``t`` (summed over ``t`` for the outer arrays). Forward
+mode (``jvp``) is a scan carrying the tangent. Both are scans of the same kind, so derivatives of
+derivatives (hvp: forward over reverse) need nothing more.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from symgrad import pytree
+from symgrad.expr import batching, ndarrays, ops, rolled
+from symgrad.expr.build import apply, const
+from symgrad.expr.node import Expr, TracingError, intern
+from symgrad.expr.traverse import substitute, topo_order
+
+_raw = itertools.count()  # placeholders while a step is built (renamed when it is closed)
+
+
+class Step:
+    """A scan's step: ``body``, the carry after the step, a closed function of the placeholders
+    ``carry`` (the carry before), ``xs`` (a row of each stacked input) and ``consts`` (the arrays
+    read whole). Compared by identity of its parts (hash-consed like a node's arguments)."""
+
+    __slots__ = ("body", "carry", "xs", "consts")
+
+    def __init__(self, body: Expr, carry: Expr, xs: tuple, consts: tuple) -> None:
+        self.body, self.carry, self.xs, self.consts = body, carry, xs, consts
+
+    def parts(self) -> tuple:
+        return (self.body, self.carry, *self.xs, *self.consts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Step) and len(other.xs) == len(self.xs) and len(other.parts()) == len(
+            self.parts()) and all(a is b for a, b in zip(self.parts(), other.parts()))
+
+    def __hash__(self) -> int:
+        return hash(tuple(p.shash for p in self.parts()))
+
+    def __repr__(self) -> str:  # a node's payload hash reads it: short, and the same in every process
+        return f"step#{self.body.shash:016x}:{len(self.xs)}:{len(self.consts)}"
+
+    def __str__(self) -> str:
+        text = str(self.body)
+        return f"{self.carry} -> {text if len(text) <= 200 else text[:197] + '...'}"
+
+
+def placeholder(shape: tuple) -> Expr:
+    """A new placeholder array for a step being built."""
+    return rolled.array(f"scan#{next(_raw)}", shape)
+
+
+def make(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, reverse: bool = False,
+         length: int | None = None) -> Expr:
+    """The scan node of a step whose carry after is ``body``, a function of the placeholders
+    ``carry`` (starting as ``init``), ``stacked`` ((placeholder, array whose row t it is at step t))
+    and ``bound`` ((placeholder, array it is)); anything else the body reads is bound too. With
+    nothing stacked, ``length`` counts the steps.
+
+    >>> c, x = placeholder((2,)), placeholder((2,))
+    >>> R = make(c * x, c, rolled.array("c0", 2), [(x, rolled.array("X", (5, 2)))], [])
+    >>> R.shape
+    (5, 2)
+    """
+    length = stacked[0][1].shape[0] if stacked else length
+    for ph, arr in stacked:
+        if arr.shape != (length, *ph.shape):
+            raise ValueError(f"scan: the stacked inputs have shapes {[a.shape for _, a in stacked]}: each must be "
+                             f"(steps, ...) with the same number of steps")
+    if init.shape != carry.shape or body.shape != carry.shape or not body.op.array_valued:
+        raise ValueError(f"scan: the carry has shape {carry.shape}, the initial one {init.shape}, the one after a "
+                         f"step {body.shape}")
+    return _node(body, carry, init, stacked, bound, length, reverse)
+
+
+def _node(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, length: int, reverse: bool) -> Expr:
+    """Closure conversion, then every placeholder renamed by its role (``scan#c``, ``scan#x0``, ...,
+    ``scan#k0``, ...): a step is the same node wherever it is built."""
+    if body.op.name in ("array", "table"):  # the step computes its carry: a copy of an array read
+        body = _copy(body)
+    if any(n.op.name == "scan" for n in topo_order([body])):
+        raise TracingError("sg.scan inside the step of another sg.scan has no rolled form yet: write the inner "
+                           "loop with NumPy (or a Python loop)")
+    names = {carry: rolled.array("scan#c", carry.shape)}
+    names.update((p, rolled.array(f"scan#x{k}", p.shape)) for k, (p, _) in enumerate(stacked))
+    names.update((p, rolled.array(f"scan#k{k}", p.shape)) for k, (p, _) in enumerate(bound))
+    consts = [names[p] for p, _ in bound]
+    args = [init, *(a for _, a in stacked), *(a for _, a in bound)]
+    for a in _outer(body, [carry, *(p for p, _ in stacked), *(p for p, _ in bound)]):
+        k = len(consts)
+        if a.op.array_valued:
+            consts.append(rolled.array(f"scan#k{k}", a.shape))
+            names[a] = consts[-1]
+            args.append(a)
+        else:  # a scalar: a one-element array, read at 0
+            consts.append(rolled.array(f"scan#k{k}", (1,)))
+            names[a] = apply(ops.load, (consts[-1], const(0.0)))
+            args.append(rolled.tensor(a, rolled.index("scan#one", 1)))
+    step = Step(substitute(body, names), names[carry], tuple(names[p] for p, _ in stacked), tuple(consts))
+    return intern(ops.scan, tuple(args), (length, bool(reverse), step))
+
+
+def _outer(body: Expr, placeholders: list) -> list[Expr]:
+    """What ``body`` reads from outside the step: arrays and variables, or what it computes from
+    them alone (the largest such parts that do not vary over an index the body binds)."""
+    order = topo_order([body])
+    inner = set(placeholders)  # depends on a placeholder
+    leafy = set()  # reads an array or a variable
+    for node in order:
+        if node in inner or any(a in inner for a in node.args):
+            inner.add(node)
+        if node.op.name in ("var", "array") or any(a in leafy for a in node.args):
+            leafy.add(node)
+    found: dict[Expr, None] = {}
+    stack, seen = [body], {body}
+    while stack:
+        node = stack.pop()
+        for a in node.args:
+            if a in seen or a not in leafy or a in inner and a.op.name == "array":
+                continue
+            seen.add(a)
+            if a not in inner and (a.op.array_valued or not a.free):
+                found[a] = None
+            else:  # depends on the carry, or varies over a bound index: what it reads may be outer
+                stack.append(a)
+    return list(found)
+
+
+def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False) -> tuple:
+    """``jax.lax.scan``: ``carry, y = f(carry, x)`` for each row ``x`` of ``xs`` (from the last row
+    if ``reverse``), starting from ``init``; returns ``(last carry, ys stacked)``. ``init`` and
+    ``xs`` are pytrees (tuples, lists, dicts of arrays and numbers), the carry ``f`` returns has
+    ``init``'s structure and shapes, ``length`` counts the steps when ``xs`` is None.
+
+    Inside a traced function whose arrays are rolled, ``f`` is traced once and the loop is one
+    node (compiled as one loop around the step's loops); elsewhere (NumPy values, an element
+    trace) it runs as a Python loop, with the same results.
+
+    >>> import numpy as np, symgrad as sg
+    >>> def running(total, x):
+    ...     return total + x, total * x
+    >>> total, ys = sg.scan(running, 0.0, np.array([1.0, 2.0, 3.0]))
+    >>> float(total), ys
+    (6.0, array([0., 2., 9.]))
+    >>> def loss(w, xs):
+    ...     h, _ = sg.scan(lambda h, x: (np.tanh(w * h + x), None), np.zeros(2), xs)
+    ...     return np.sum(h ** 2)
+    >>> g = sg.grad(loss)(0.5, np.ones((4, 2)))
+    >>> round(float(g), 6)
+    0.705458
+    """
+    if length is not None and (not isinstance(length, int | np.integer) or length < 1):
+        raise ValueError(f"scan: length must be a positive integer, got {length!r}")
+    init_leaves, init_tree = pytree.flatten(init)
+    x_leaves, x_tree = pytree.flatten(xs)
+    steps = {_shape(v)[0] if _shape(v) else None for v in x_leaves}
+    if None in steps or len(steps | ({int(length)} if length is not None else set())) > 1 or not steps | (
+            {length} if length is not None else set()):
+        raise ValueError(f"scan: each leaf of xs must have the same leading axis (the steps), and length (if "
+                         f"given) that number; got shapes {[_shape(v) for v in x_leaves]}, length {length!r}")
+    n = int(length) if length is not None else steps.pop()
+    if any(ndarrays.is_array(v) for v in init_leaves + x_leaves):
+        return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
+    return _loop(f, init, init_tree, x_leaves, x_tree, n, reverse)
+
+
+def _loop(f: Any, carry: Any, tree: Any, x_leaves: list, x_tree: Any, n: int, reverse: bool) -> tuple:
+    """The scan as a Python loop (NumPy values, element traces)."""
+    ys = []
+    for t in (range(n - 1, -1, -1) if reverse else range(n)):
+        carry, y = _called(f, carry, pytree.unflatten(x_tree, [v[t] for v in x_leaves]))
+        _check_carry(tree, carry, None)
+        ys.append(y)
+    if reverse:
+        ys.reverse()
+    y_leaves = [pytree.flatten(y)[0] for y in ys]
+    stacked = [_stacked([row[k] for row in y_leaves]) for k in range(len(y_leaves[0]))]
+    return carry, pytree.unflatten(pytree.flatten(ys[0])[1], stacked)
+
+
+def _stacked(values: list) -> Any:
+    if any(isinstance(v, Expr) or isinstance(v, np.ndarray) and v.dtype == object for v in values):
+        out = np.empty((len(values), *np.shape(values[0])), dtype=object)
+        for t, v in enumerate(values):
+            out[t] = v
+        return out
+    return np.array(values, dtype=float)
+
+
+def _shape(v: Any) -> tuple:
+    return v.shape if isinstance(v, Expr) else np.shape(v)
+
+
+def _called(f: Any, carry: Any, x: Any) -> tuple:
+    out = f(carry, x)
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError(f"scan: the step function must return a pair (carry, y), got {type(out).__name__}")
+    return out
+
+
+def _check_carry(tree: Any, carry: Any, shapes: list | None) -> list:
+    leaves, got = pytree.flatten(carry)
+    if got != tree or shapes is not None and [_shape(v) for v in leaves] != shapes:
+        raise TypeError(f"scan: the carry the step returns must have the structure and shapes of init: "
+                        f"{pytree.unflatten(got, [_shape(v) for v in leaves])} returned, "
+                        f"{pytree.unflatten(tree, shapes) if shapes is not None else 'init'} expected")
+    return leaves
+
+
+def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n: int, reverse: bool) -> tuple:
+    """The scan as one node: the step traced once on placeholders."""
+    init_leaves = [_as_array(v) for v in init_leaves]
+    shapes = [v.shape for v in init_leaves]
+    sizes = [int(np.prod(s)) for s in shapes]
+    cuts = np.cumsum([0, *sizes]).tolist()
+    alone = len(shapes) == 1 and shapes[0] != ()  # one array: the carry as it is, not packed
+    carry = placeholder(shapes[0] if alone else (cuts[-1],))
+    stacks = [_as_array(v) for v in x_leaves]
+    rows = [placeholder(v.shape[1:] or (1,)) for v in stacks]
+    carry_tree = pytree.unflatten(tree, [carry] if alone else [_view(carry, a, s) for a, s in zip(cuts, shapes)])
+    x_row = pytree.unflatten(x_tree, [p if s.ndim > 1 else p[0] for p, s in zip(rows, stacks)])
+    new, y = _called(f, carry_tree, x_row)
+    new_leaves = [_as_array(v) for v in _check_carry(tree, new, shapes)]
+    body = new_leaves[0] if alone else _packed(new_leaves)
+    init = init_leaves[0] if alone else _packed(init_leaves)
+    stacked = [(p, s if s.ndim > 1 else s.reshape((n, 1))) for p, s in zip(rows, stacks)]
+    R = make(body, carry, init, stacked, [], reverse, n)
+    last = R[n - 1 if not reverse else 0]
+    final = pytree.unflatten(tree, [last] if alone else [_view(last, a, s) for a, s in zip(cuts, shapes)])
+    y_leaves, y_tree = pytree.flatten(y)
+    if not y_leaves:
+        return final, y
+    t = rolled.fresh_index(rolled.index("t", n))
+    mapped = {carry: (_before(R, init, reverse), 0)}
+    mapped.update((p, (s, 0)) for p, (_, s) in zip(rows, stacked))
+    for leaf, a, s in zip(new_leaves, cuts, shapes):  # the carry after: read from R, not computed again
+        if leaf is carry or leaf.op.name in ("array", "table") or not _varies(leaf, carry, rows):
+            continue
+        mapped[leaf] = (R if alone else _view(R, a, s, steps=n) if s else R[:, a], 0)
+    ys = [_as_array(v) for v in y_leaves]
+    out = batching.batch(ys, mapped, t)
+    return final, pytree.unflatten(y_tree, [batching.place(e, axis, 0, n) for e, axis in out])
+
+
+def _varies(e: Expr, carry: Expr, rows: list) -> bool:
+    """Whether ``e`` depends on the step's placeholders."""
+    marks = {carry, *rows}
+    return any(node in marks for node in topo_order([e]))
+
+
+def _as_array(v: Any) -> Expr:
+    """A carry or stacked leaf as an expression (a NumPy array as a captured constant)."""
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, np.ndarray) and v.ndim:
+        return ndarrays.operand(v)
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        v = v[()]
+    return v if isinstance(v, Expr) else const(float(v))
+
+
+def _view(flat: Expr, start: int, shape: tuple, steps: int | None = None) -> Any:
+    """A carry leaf of ``shape`` inside the packed vector ``flat`` (every step's, with ``steps``)."""
+    size = int(np.prod(shape))
+    if steps is not None:
+        return flat[:, start:start + size].reshape((steps, *shape))
+    return flat[start] if not shape else flat[start:start + size].reshape(shape)
+
+
+def _packed(leaves: list[Expr]) -> Expr:
+    """The carry leaves raveled into one vector."""
+    parts = [v.reshape(-1) if v.op.array_valued else rolled.tensor(v, rolled.index("scan#one", 1)) for v in leaves]
+    return parts[0] if len(parts) == 1 else ndarrays.concatenate(parts)
+
+
+def _copy(e: Expr) -> Expr:
+    """The array ``e`` as a tensor (a step's carry must be computed by the step)."""
+    J = ndarrays.fresh(e.shape)
+    return rolled.tensor(apply(ops.load, (e, *J)), *J)
+
+
+def _before(R: Expr, init: Expr, reverse: bool) -> Expr:
+    """The carries before each step: ``init`` then ``R`` but its last (from the end if ``reverse``)."""
+    n = R.shape[0]
+    first = init.reshape((1, *init.shape))
+    if n == 1:
+        return first
+    return ndarrays.concatenate([R[1:], first] if reverse else [first, R[:-1]])
+
+
+def _parts(node: Expr) -> tuple:
+    """A scan node's (length, reverse, step, init, stacked inputs, arrays read whole)."""
+    length, reverse, step = node.payload
+    k = 1 + len(step.xs)
+    return length, reverse, step, node.args[0], node.args[1:k], node.args[k:]
+
+
+def _bound(e: Expr, step: Step, consts: tuple) -> Expr:
+    """``e``, a function of the step's placeholders, with those of the arrays read whole replaced by them."""
+    return substitute(e, dict(zip(step.consts, consts)))
+
+
+def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable) -> list[Expr | None]:
+    """The adjoints of the scan ``node``'s arguments (those ``wanted``; None for others) given
+    ``adjoint``, the array of its carries' adjoints. A scan the other way carries K[t], the
+    adjoint reaching the carry before step t: K[t] = J_c(t)^T (adjoint[t] + K[t+1]) (forward
+    scans; K[t-1] for reverse ones). Rows' and outer arrays' adjoints read H[t] = adjoint[t] + K[t+1]
+    at every step: rolled arrays over t, the outer ones summed over t. ``grad``: diff.grad (reverse
+    mode of the step's graph; passed in, as diff is what calls this)."""
+    length, reverse, step, init, stacks, consts = _parts(node)
+    g = placeholder(step.carry.shape)
+    wrt = [step.carry, *step.xs, *step.consts]
+    grads = [_bound(e, step, consts) for e in grad(ndarrays.reduce("sum", g * step.body), wrt)]
+    before = _before(node, init, reverse)
+    kc, a = placeholder(step.carry.shape), placeholder(step.carry.shape)
+    K = make(substitute(grads[0], {g: a + kc}), kc, rolled.zeros_like(init),
+             [(a, adjoint), (step.carry, before), *zip(step.xs, stacks)], [], not reverse)
+    out: list[Expr | None] = [(K[length - 1] if reverse else K[0]) if wanted[0] else None]
+    if not any(wanted[1:]):
+        return out + [None] * (len(wanted) - 1)
+    widths = ((1, 0) if reverse else (0, 1),) + ((0, 0),) * init.ndim
+    H = adjoint if length == 1 else adjoint + ndarrays.pad(K[:-1] if reverse else K[1:], widths)
+    t = rolled.fresh_index(rolled.index("t", length))
+    mapped = {step.carry: (before, 0), g: (H, 0), **{p: (s, 0) for p, s in zip(step.xs, stacks)}}
+    for k, (e, want) in enumerate(zip(grads[1:], wanted[1:])):
+        if not want:
+            out.append(None)
+            continue
+        rows = batching.place(*batching.batch([e], mapped, t)[0], 0, length)
+        out.append(rows if k < len(stacks) else ndarrays.reduce("sum", rows, 0))
+    return out
+
+
+def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
+    """The tangent of the scan ``node`` (the array of its carries' tangents) from its arguments'
+    (None: no tangent): a scan carrying the tangent, reading the carries before each step.
+    ``forward``: diff.jvp (forward mode of the step's graph)."""
+    length, reverse, step, init, stacks, consts = _parts(node)
+    wrt, dots, stacked, bound = [step.carry], [placeholder(step.carry.shape)], [], {}
+    for k, (p, dot) in enumerate(zip((*step.xs, *step.consts), tangents[1:])):
+        if dot is not None:
+            wrt.append(p)
+            dots.append(placeholder(p.shape))
+            if k < len(step.xs):
+                stacked.append((dots[-1], dot))
+            else:
+                bound[dots[-1]] = dot
+    body = forward(step.body, wrt, dots)
+    body = substitute(_bound(body, step, consts), bound)
+    start = tangents[0] if tangents[0] is not None else rolled.zeros_like(init)
+    rows = [(step.carry, _before(node, init, reverse)), *zip(step.xs, stacks), *stacked]
+    return make(body, dots[0], start, rows, [], reverse)

@@ -1,0 +1,208 @@
+"""sg.scan: the loop as one rolled node (interpreter, loop VM, Numba loops) against the same loop
+in Python, finite differences and the element trace; derivatives of every kind through it."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symgrad as sg
+from symgrad import trace
+from symgrad.expr.node import TracingError
+
+RNG = np.random.default_rng(7)
+STEPS = 80  # >= trace.ROLLED_MIN elements: traced rolled
+
+
+def rnn_loss(theta, xs, ys):
+    """A tanh recurrence over a batch, squared error of a readout (the rnn example's model)."""
+    W, u, b, v = theta[:9].reshape(3, 3), theta[9:12], theta[12:15], theta[15:18]
+
+    def step(h, xy):
+        x, y = xy
+        h = np.tanh(h @ W.T + x[:, None] * u + b)
+        return h, np.mean((h @ v - y) ** 2)
+
+    _, errors = sg.scan(step, np.zeros((2, 3)), (xs, ys))
+    return np.mean(errors)
+
+
+def mixed(theta, xs):
+    """A pytree carry with a scalar leaf, run backwards, two outputs per step, the last carry used."""
+    a, b = theta[:3], theta[3:6]
+
+    def step(c, x):
+        h = np.sin(a * c["h"] + x[0] * b) + 0.1 * c["s"]
+        s = c["s"] + np.sum(h * x[1])
+        return {"h": h, "s": s}, (h[0] * s, np.cos(h))
+
+    c, (first, rest) = sg.scan(step, {"h": np.ones(3), "s": 0.5}, xs, reverse=True)
+    return np.sum(first) + np.sum(rest ** 2) + c["s"] + np.sum(c["h"] ** 3)
+
+
+def data():
+    theta = RNG.normal(scale=0.5, size=18)
+    return theta, RNG.normal(size=(STEPS, 2)), RNG.normal(size=(STEPS, 2))
+
+
+def numeric_grad(f, x, *rest, eps=1e-6):
+    return np.array([(f(x + eps * e, *rest) - f(x - eps * e, *rest)) / (2 * eps) for e in np.eye(x.size)])
+
+
+def test_eager_scan_is_lax_scan():
+    def step(total, x):
+        return total + x, total * x
+
+    total, ys = sg.scan(step, 0.0, np.array([1.0, 2.0, 3.0]))
+    assert total == 6.0 and ys.tolist() == [0.0, 2.0, 9.0]
+    total, ys = sg.scan(step, 0.0, np.array([1.0, 2.0, 3.0]), reverse=True)
+    assert total == 6.0 and ys.tolist() == [5.0, 6.0, 0.0]
+    carry, nothing = sg.scan(lambda c, _: (2 * c, None), 1.0, length=4)
+    assert carry == 16.0 and nothing is None
+
+
+def test_bad_scans_name_the_problem():
+    with pytest.raises(TypeError, match="structure and shapes of init"):
+        sg.scan(lambda c, x: ((c, c), None), 0.0, np.ones(3))
+    with pytest.raises(TypeError, match="pair"):
+        sg.scan(lambda c, x: c + x, 0.0, np.ones(3))
+    with pytest.raises(ValueError, match="leading axis"):
+        sg.scan(lambda c, x: (c, None), 0.0, (np.ones(3), np.ones(4)))
+    with pytest.raises(ValueError, match="length"):
+        sg.scan(lambda c, x: (c, None), 0.0, np.ones(3), length=0)
+    with pytest.raises(TypeError, match="structure and shapes of init"):
+        sg.scan(lambda c, x: (sg.array("Z", 3), None), sg.array("h", 2), sg.array("X", (4, 2)))
+    with pytest.raises(TracingError, match="inside the step of another"):
+        sg.scan(lambda c, x: (sg.scan(lambda d, y: (d + y, None), c, sg.array("Y", (3, 2)))[0] * x, None),
+                sg.array("h", 2), sg.array("X", (4, 2)))
+
+
+def test_rolled_scan_evaluates_as_the_loop():
+    X, W, h0 = sg.array("X", (5, 3)), sg.array("W", (3, 3)), sg.array("h0", 3)
+    hT, ys = sg.scan(lambda h, x: (np.tanh(W @ h + x), np.sum(h ** 2)), h0, X)
+    assert hT.shape == (3,) and ys.shape == (5,) and "scan(" in str(hT)
+    values = {X: RNG.normal(size=(5, 3)), W: RNG.normal(size=(3, 3)), h0: RNG.normal(size=3)}
+    h, expected = values[h0], []
+    for t in range(5):
+        expected.append(np.sum(h ** 2))
+        h = np.tanh(values[W] @ h + values[X][t])
+    got_h, got_ys = sg.evaluate([hT, ys], values)
+    np.testing.assert_allclose(got_h, h, rtol=1e-14)
+    np.testing.assert_allclose(got_ys, expected, rtol=1e-14)
+    unrolled = sg.unroll(hT)  # the oracle: the same loop as scalar expressions
+    assert "X[4, 0]" in str(unrolled[0]) and "scan" not in str(unrolled[0])
+
+
+def test_scan_round_trips_through_json_and_typesets():
+    X = sg.array("X", (4, 2))
+    hT, ys = sg.scan(lambda h, x: (np.tanh(h + x), h * 2), sg.array("h0", 2), X)
+    back = sg.loads(sg.dumps([hT, ys]))
+    assert back[0] is hT and back[1] is ys
+    doc = json.loads(sg.dumps(hT))
+    next(n for n in doc["nodes"] if n[0] == "scan")[1][0] = 3  # a length its arguments contradict
+    with pytest.raises(sg.FormatError, match="scan"):
+        sg.loads(json.dumps(doc))
+    assert r"\operatorname{scan}" in sg.latex(hT)
+    alone, _ = sg.scan(lambda h, x: (h * 2, None), sg.array("h0", 2), length=3)  # nothing stacked
+    assert sg.loads(sg.dumps(alone)) is alone
+    np.testing.assert_array_equal(sg.evaluate(alone, {"h0": [1.0, 2.0]}), [8.0, 16.0])
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_gradients_through_scan(backend):
+    theta, xs, ys = data()
+    vg = sg.value_and_grad(rnn_loss, backend=backend)
+    value, g = vg(theta, xs, ys)
+    assert "scan" in str(vg.compiled.program.roots[0]) or backend == "python"
+    assert value == pytest.approx(rnn_loss(theta, xs, ys), rel=1e-13)
+    np.testing.assert_allclose(g, numeric_grad(rnn_loss, theta, xs, ys), rtol=1e-6, atol=1e-8)
+    value, g = sg.value_and_grad(mixed, backend=backend)(theta[:6], xs)
+    assert value == pytest.approx(mixed(theta[:6], xs), rel=1e-12)
+    np.testing.assert_allclose(g, numeric_grad(mixed, theta[:6], xs), rtol=1e-6, atol=1e-7)
+
+
+def test_scan_gradients_match_the_element_trace(monkeypatch):
+    theta, xs, ys = data()
+    rolled = sg.value_and_grad(rnn_loss, argnums=(0, 1), backend="vm")(theta, xs, ys)
+    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)  # element by element: the scan a Python loop
+    elements = sg.value_and_grad(rnn_loss, argnums=(0, 1), backend="vm")(theta, xs, ys)
+    assert rolled[0] == pytest.approx(elements[0], rel=1e-13)
+    for a, b in zip(rolled[1], elements[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+
+
+def test_numba_loops_run_scans():
+    theta, xs, ys = data()
+    vm = sg.value_and_grad(mixed, backend="vm")(theta[:6], xs)
+    numba = sg.value_and_grad(mixed, backend="numba")(theta[:6], xs)
+    assert numba[0] == pytest.approx(vm[0], rel=1e-14)
+    np.testing.assert_allclose(numba[1], vm[1], rtol=1e-12)
+    assert "for " in sg.grad(rnn_loss, backend="numba").trace(theta, xs, ys).compiled.source
+
+
+def test_second_derivatives_through_scan():
+    theta, xs, _ = data()
+    x, v = theta[:6], RNG.normal(size=6)
+    grad = sg.grad(mixed, backend="vm")
+    expected = (grad(x + 1e-5 * v, xs) - grad(x - 1e-5 * v, xs)) / 2e-5
+    np.testing.assert_allclose(sg.hvp(mixed, backend="vm")(x, xs, v), expected, rtol=1e-6, atol=1e-7)
+    value, tangent = sg.jvp(mixed, (x, xs), (v, np.zeros_like(xs)))
+    assert tangent == pytest.approx(grad(x, xs) @ v, rel=1e-12)
+    H = sg.hessian(mixed)(x, xs)  # traced element by element (a rolled Jacobian of a scan is not there yet)
+    columns = np.array([(grad(x + 1e-5 * e, xs) - grad(x - 1e-5 * e, xs)) / 2e-5 for e in np.eye(6)])
+    np.testing.assert_allclose(H, columns, rtol=1e-6, atol=1e-7)
+
+
+def test_vmap_and_sum_over_scans():
+    def one(w, xs):
+        h, ys = sg.scan(lambda h, x: (np.tanh(w * h + x), h * x), np.zeros(2), xs)
+        return np.sum(ys) + np.sum(h)
+
+    w, batch = 0.7, RNG.normal(size=(3, STEPS, 2))
+    expected = np.array([sg.grad(one)(w, batch[b]) for b in range(3)])
+    np.testing.assert_allclose(sg.vmap(sg.grad(one), in_axes=(None, 0))(w, batch), expected, rtol=1e-12)
+    np.testing.assert_allclose(sg.grad(one).sum(w, batch), expected.sum(), rtol=1e-12)
+
+
+def test_long_scans_run_without_recursion():
+    def f(w, xs):
+        h, _ = sg.scan(lambda h, x: (0.5 * h + w * x, None), 0.0 * w, xs)
+        return h
+
+    xs = np.ones(100_000)
+    value, g = sg.value_and_grad(f, backend="vm")(0.3, xs)
+    assert value == pytest.approx(0.6) and g == pytest.approx(2.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.integers(1, 6), width=st.integers(1, 3), reverse=st.booleans(), seed=st.integers(0, 999))
+def test_random_scans_agree_with_the_python_loop(steps, width, reverse, seed):
+    rng = np.random.default_rng(seed)
+    A, X = rng.normal(size=(width, width)), rng.normal(size=(steps, width))
+    h0 = rng.normal(size=width)
+
+    def step(h, x):
+        new = np.sin(A @ h) * x + 0.5 * h
+        return new, np.sum(new * h) + x[0]
+
+    def loop(h):
+        out = [None] * steps
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            h, out[t] = step(h, X[t])
+        return h, np.array(out)
+
+    hs, xs = sg.array("h", width), sg.array("xs", (steps, width))
+    with sg.expr.ndarrays.capturing() as found:
+        hT, ys = sg.scan(step, hs, xs, reverse=reverse)
+    values = {hs: h0, xs: X, **found}
+    expected = loop(h0)
+    for got, want in zip(sg.evaluate([hT, ys], values), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    loss = sg.sum(ys) + np.sum(hT ** 2)
+    g = sg.evaluate(sg.grad(loss, hs), values)
+    eps = 1e-6
+    fd = [(np.sum(loop(h0 + eps * e)[1]) + np.sum(loop(h0 + eps * e)[0] ** 2) - np.sum(loop(h0 - eps * e)[1])
+           - np.sum(loop(h0 - eps * e)[0] ** 2)) / (2 * eps) for e in np.eye(width)]
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
