@@ -120,7 +120,8 @@ def mlp(X, T, W1, b1, W2, b2):
     return loss, (X.T @ dpre, dpre.sum(axis=0), a.T @ dz, dz.sum(axis=0))
 
 
-def _rnn_weights(theta, hidden):
+def rnn_weights(theta, hidden):
+    """W, u, b, v of the RNN from the flat weights (views; traced or JAX arrays too)."""
     h2 = hidden * hidden
     return (theta[:h2].reshape(hidden, hidden), theta[h2:h2 + hidden], theta[h2 + hidden:h2 + 2 * hidden],
             theta[h2 + 2 * hidden:])
@@ -129,7 +130,7 @@ def _rnn_weights(theta, hidden):
 def rnn_numpy(theta, xs, ys, hidden):
     """The batch tanh RNN of examples/rnn.py, loss and gradient by backpropagation through time
     written in NumPy (a Python loop over the steps, whole-batch products)."""
-    W, u, b, v = _rnn_weights(theta, hidden)
+    W, u, b, v = rnn_weights(theta, hidden)
     steps, batch = xs.shape
     hs = np.zeros((steps + 1, batch, hidden))
     for t in range(steps):

@@ -662,8 +662,7 @@ RNN = (120, 16, 8)  # steps, sequences, hidden units (examples/rnn.py)
 
 def rnn_numpy(theta, xs, ys):
     """examples/rnn.py's loss written with sg.scan (every step scored)."""
-    h = RNN[2]
-    W, u, b, v = theta[:h * h].reshape(h, h), theta[h * h:h * h + h], theta[h * h + h:h * h + 2 * h], theta[-h:]
+    W, u, b, v = hand.rnn_weights(theta, RNN[2])
 
     def step(state, xy):
         x, y = xy
@@ -675,8 +674,7 @@ def rnn_numpy(theta, xs, ys):
 
 def rnn_python_loop(theta, xs, ys):
     """The same loss with a Python loop over the steps (how it was written before sg.scan)."""
-    h = RNN[2]
-    W, u, b, v = theta[:h * h].reshape(h, h), theta[h * h:h * h + h], theta[h * h + h:h * h + 2 * h], theta[-h:]
+    W, u, b, v = hand.rnn_weights(theta, RNN[2])
     state, total = np.zeros(RNN[1:]), 0.0
     for t in range(xs.shape[0]):
         state = np.tanh(state @ W.T + xs[t][:, None] * u + b)
@@ -685,8 +683,7 @@ def rnn_python_loop(theta, xs, ys):
 
 
 def rnn_jax(theta, xs, ys):
-    h = RNN[2]
-    W, u, b, v = theta[:h * h].reshape(h, h), theta[h * h:h * h + h], theta[h * h + h:h * h + 2 * h], theta[-h:]
+    W, u, b, v = hand.rnn_weights(theta, RNN[2])
 
     def step(state, xy):
         x, y = xy

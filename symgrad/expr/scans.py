@@ -118,7 +118,8 @@ def _outer(body: Expr, placeholders: list) -> list[Expr]:
     """What ``body`` reads from outside the step: arrays and variables, or what it computes from
     them alone (the largest such parts that do not vary over an index the body binds)."""
     order = topo_order([body])
-    inner = set(placeholders)  # depends on a placeholder
+    marks = set(placeholders)
+    inner = set(marks)  # depends on a placeholder
     leafy = set()  # reads an array or a variable
     for node in order:
         if node in inner or any(a in inner for a in node.args):
@@ -130,7 +131,7 @@ def _outer(body: Expr, placeholders: list) -> list[Expr]:
     while stack:
         node = stack.pop()
         for a in node.args:
-            if a in seen or a not in leafy or a in inner and a.op.name == "array":
+            if a in seen or a not in leafy or a in marks:
                 continue
             seen.add(a)
             if a not in inner and (a.op.array_valued or not a.free):
@@ -310,8 +311,9 @@ def _parts(node: Expr) -> tuple:
 
 
 def _bound(e: Expr, step: Step, consts: tuple) -> Expr:
-    """``e``, a function of the step's placeholders, with those of the arrays read whole replaced by them."""
-    return substitute(e, dict(zip(step.consts, consts)))
+    """``e``, a function of the step's placeholders, with those of the arrays read whole replaced by
+    them (the step's body, read as the carry after the step, kept as it is)."""
+    return substitute(e, {**dict(zip(step.consts, consts)), step.body: step.body})
 
 
 def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable) -> list[Expr | None]:
@@ -324,18 +326,19 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable) -> list[E
     length, reverse, step, init, stacks, consts = _parts(node)
     g = placeholder(step.carry.shape)
     wrt = [step.carry, *step.xs, *step.consts]
-    grads = [_bound(e, step, consts) for e in grad(ndarrays.reduce("sum", g * step.body), wrt)]
+    grads = [_bound(_after(e, step), step, consts) for e in grad(ndarrays.reduce("sum", g * step.body), wrt)]
     before = _before(node, init, reverse)
     kc, a = placeholder(step.carry.shape), placeholder(step.carry.shape)
-    K = make(substitute(grads[0], {g: a + kc}), kc, rolled.zeros_like(init),
-             [(a, adjoint), (step.carry, before), *zip(step.xs, stacks)], [], not reverse)
+    rows = [(a, adjoint), (step.carry, before), (step.body, node), *zip(step.xs, stacks)]
+    K = make(substitute(grads[0], {g: a + kc}), kc, rolled.zeros_like(init), rows, [], not reverse)
     out: list[Expr | None] = [(K[length - 1] if reverse else K[0]) if wanted[0] else None]
     if not any(wanted[1:]):
         return out + [None] * (len(wanted) - 1)
     widths = ((1, 0) if reverse else (0, 1),) + ((0, 0),) * init.ndim
     H = adjoint if length == 1 else adjoint + ndarrays.pad(K[:-1] if reverse else K[1:], widths)
     t = rolled.fresh_index(rolled.index("t", length))
-    mapped = {step.carry: (before, 0), g: (H, 0), **{p: (s, 0) for p, s in zip(step.xs, stacks)}}
+    mapped = {step.carry: (before, 0), step.body: (node, 0), g: (H, 0)}
+    mapped.update((p, (s, 0)) for p, s in zip(step.xs, stacks))
     for k, (e, want) in enumerate(zip(grads[1:], wanted[1:])):
         if not want:
             out.append(None)
@@ -343,6 +346,15 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable) -> list[E
         rows = batching.place(*batching.batch([e], mapped, t)[0], 0, length)
         out.append(rows if k < len(stacks) else ndarrays.reduce("sum", rows, 0))
     return out
+
+
+def _after(e: Expr, step: Step) -> Expr:
+    """``e`` reading the carry after the step where it computes it again: a derivative uses the
+    forward values (``1 - tanh(u)**2`` reads ``tanh(u)``, the step's body), which the scan stores."""
+    body = step.body
+    if body.op.name != "tensor" or not body.args[0].args or body.args[0].op.name == "load":
+        return e
+    return substitute(e, {body.args[0]: apply(ops.load, (body, *body.args[1:])), body: body})
 
 
 def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
@@ -359,8 +371,8 @@ def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
                 stacked.append((dots[-1], dot))
             else:
                 bound[dots[-1]] = dot
-    body = forward(step.body, wrt, dots)
+    body = _after(forward(step.body, wrt, dots), step)
     body = substitute(_bound(body, step, consts), bound)
     start = tangents[0] if tangents[0] is not None else rolled.zeros_like(init)
-    rows = [(step.carry, _before(node, init, reverse)), *zip(step.xs, stacks), *stacked]
+    rows = [(step.carry, _before(node, init, reverse)), (step.body, node), *zip(step.xs, stacks), *stacked]
     return make(body, dots[0], start, rows, [], reverse)
