@@ -225,10 +225,10 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
         if not r.op.array_valued:
             top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
         elif r.op.name in ("array", "scan"):  # an input as it is (the gradient of a linear function)
-            top.lines.append(f"out[{start}:{start + math.prod(r.shape)}] = {buffers[r]}.ravel()")
+            top.lines += _copied(emitter, "out", start, buffers[r], math.prod(r.shape))
         elif start != out_offsets[r]:  # the same array again: a copy of where it was computed
             size, first = math.prod(r.shape), out_offsets[r]
-            top.lines.append(f"out[{start}:{start + size}] = out[{first}:{first + size}]")
+            top.lines += _copied(emitter, "out", start, f"out[{first}:{first + size}]", size)
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
     body = "\n".join("    " + line for line in _library_where_scalar(lines + top.lines + [f"return {ret}"]))
     nx, np_ = len(Layout(inputs)), len(Layout(params))
@@ -317,7 +317,7 @@ class _Filler:
         top.lines.append(f"{full} = {self.take((length + 1) * size)}.reshape({(length + 1, *shape)!r})")
         first = at if reverse else at + size
         top.lines.append(f"{buffers[node]} = work[{first}:{first + length * size}].reshape({node.shape!r})")
-        top.lines.append(f"{full}[{length if reverse else 0}] = {buffers[init]}")
+        top.lines += _copied(emitter, "work", at + length * size if reverse else at, buffers[init], size)
         t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
         before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
         for placeholder, source in ((step.carry, f"{full}[{before}]"),
@@ -329,6 +329,14 @@ class _Filler:
         self.arrays(outputs, topo_order(outputs), products, body, {outputs[0]: f"{full}[{after}]"})
         top.lines.append(f"for {t} in range({length - 1}, -1, -1):" if reverse else f"for {t} in range({length}):")
         top.lines += ["    " + line for line in body.lines]
+
+
+def _copied(emitter: _Emitter, memory: str, start: int, source: str, size: int) -> list[str]:
+    """Lines copying the array ``source`` (C order) into ``memory`` from ``start``: a loop, which
+    Numba compiles in milliseconds (an assignment of an array to a slice takes it 0.5-3 s)."""
+    flat, k = emitter.fresh("c"), emitter.fresh("i")
+    return [f"{flat} = {source}.reshape(({size},))", f"for {k} in range({size}):",
+            f"    {memory}[{start} + {k}] = {flat}[{k}]"]
 
 
 _LIBRARY_CALL = re.compile(r"(?<![\w.])math\.\w+\(")  # a C library call (not fastmath's)
