@@ -150,9 +150,26 @@ def test_second_derivatives_through_scan():
     np.testing.assert_allclose(sg.hvp(mixed, backend="vm")(x, xs, v), expected, rtol=1e-6, atol=1e-7)
     value, tangent = sg.jvp(mixed, (x, xs), (v, np.zeros_like(xs)))
     assert tangent == pytest.approx(grad(x, xs) @ v, rel=1e-12)
-    H = sg.hessian(mixed)(x, xs)  # traced element by element (a rolled Jacobian of a scan is not there yet)
+    hessian = sg.hessian(mixed, backend="vm")  # reverse over reverse: the backward scan's rows batched
+    H = hessian(x, xs)
+    assert hessian._last.indexed
     columns = np.array([(grad(x + 1e-5 * e, xs) - grad(x - 1e-5 * e, xs)) / 2e-5 for e in np.eye(6)])
     np.testing.assert_allclose(H, columns, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(H, H.T, rtol=1e-10, atol=1e-12)
+
+
+def test_jacobians_of_scanned_outputs():
+    _, xs, _ = data()
+
+    def ys(w, xs):
+        return sg.scan(lambda c, x: (np.sin(c * w + x), c[0] * x[1] + np.sum(c * w)), np.ones(2), xs)[1]
+
+    w = np.array([0.3, -0.7])
+    jacobian = sg.jacobian(ys, backend="vm")
+    J = jacobian(w, xs)
+    assert J.shape == (STEPS, 2) and jacobian._last.indexed
+    expected = np.stack([(ys(w + 1e-6 * e, xs) - ys(w - 1e-6 * e, xs)) / 2e-6 for e in np.eye(2)], axis=1)
+    np.testing.assert_allclose(J, expected, rtol=1e-6, atol=1e-8)
 
 
 def test_vmap_and_sum_over_scans():
@@ -162,8 +179,30 @@ def test_vmap_and_sum_over_scans():
 
     w, batch = 0.7, RNG.normal(size=(3, STEPS, 2))
     expected = np.array([sg.grad(one)(w, batch[b]) for b in range(3)])
-    np.testing.assert_allclose(sg.vmap(sg.grad(one), in_axes=(None, 0))(w, batch), expected, rtol=1e-12)
+    per_example = sg.vmap(sg.grad(one), in_axes=(None, 0))
+    np.testing.assert_allclose(per_example(w, batch), expected, rtol=1e-12)
+    assert per_example._last.indexed  # the batch is an index of the scan's step, not a Python loop
     np.testing.assert_allclose(sg.grad(one).sum(w, batch), expected.sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_vmap_batches_every_part_of_a_scan(backend):
+    def run(w, h0, xs):  # w: read whole; h0: the initial carry; xs: the rows
+        h, ys = sg.scan(lambda h, x: (np.tanh(w * h + x[0]), h * x[1]), h0, xs, reverse=True)
+        return np.sum(ys ** 2) + np.sum(h * w)
+
+    W, H0, XS = RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3)), RNG.normal(size=(STEPS, 4, 2, 3))
+    for in_axes, args in (((0, 0, 1), (W, H0, XS)), ((None, 0, None), (W[0], H0, XS[:, 0])),
+                          ((0, None, 1), (W, H0[0], XS))):
+        f = sg.vmap(sg.value_and_grad(run, argnums=(0, 1)), in_axes=in_axes, backend=backend)
+        value, (dw, dh) = f(*args)
+        assert f._last.indexed
+        for b in range(4):
+            one = [a if axis is None else np.take(a, b, axis=axis) for a, axis in zip(args, in_axes)]
+            v, (gw, gh) = sg.value_and_grad(run, argnums=(0, 1), backend="vm")(*one)
+            assert value[b] == pytest.approx(v, rel=1e-12)
+            np.testing.assert_allclose(dw[b], gw, rtol=1e-10, atol=1e-13)
+            np.testing.assert_allclose(dh[b], gh, rtol=1e-10, atol=1e-13)
 
 
 def test_long_scans_run_without_recursion():
@@ -202,6 +241,10 @@ def test_random_scans_agree_with_the_python_loop(steps, width, reverse, seed):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     loss = sg.sum(ys) + np.sum(hT ** 2)
     g = sg.evaluate(sg.grad(loss, hs), values)
+    vm = sg.compile([loss, sg.grad(loss, hs)], [hs], [xs, *found], backend="vm")  # the loop VM too
+    on_vm = vm(h0, np.concatenate([X.ravel(), *(v.ravel() for v in found.values())]))
+    assert on_vm[0] == pytest.approx(sg.evaluate(loss, values), rel=1e-13, abs=1e-14)
+    np.testing.assert_allclose(on_vm[1:], g, rtol=1e-12, atol=1e-14)
     eps = 1e-6
     fd = [(np.sum(loop(h0 + eps * e)[1]) + np.sum(loop(h0 + eps * e)[0] ** 2) - np.sum(loop(h0 - eps * e)[1])
            - np.sum(loop(h0 - eps * e)[0] ** 2)) / (2 * eps) for e in np.eye(width)]

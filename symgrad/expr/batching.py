@@ -11,10 +11,17 @@ than one example (Halide's and TVM's view: a batch is one more loop, not a copy 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from symgrad.expr import ops, rolled
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
 from symgrad.expr.traverse import topo_order
+
+# Ops with a rule of their own (filled by the modules defining them: scans): (node, its arguments
+# rebuilt, each argument's (batch, axis) or None, b) -> (the node over the batch, its batch axis),
+# or None where nothing it reads varies over the batch.
+RULES: dict[str, Callable] = {}
 
 
 def batch(roots: list[Expr], mapped: dict[Expr, tuple[Expr, int]], b: Expr) -> list[tuple[Expr, int | None]]:
@@ -39,6 +46,11 @@ def batch(roots: list[Expr], mapped: dict[Expr, tuple[Expr, int]], b: Expr) -> l
         if node in lifted or node in new:
             continue
         args = tuple(new.get(a, a) for a in node.args)
+        rule = RULES.get(node.op.name)
+        out = rule(node, args, [lifted.get(a) for a in node.args], b) if rule is not None else None
+        if out is not None:
+            lifted[node] = out
+            continue
         for a in node.args[1:] if node.op.name in ("load", "cumsum") else node.args:
             if a in lifted:
                 raise TypeError(f"vmap: the batched array {a} is used whole by {node.op.name}; "

@@ -14,7 +14,7 @@ import numpy as np
 
 from symgrad.expr import ops, rolled, scans
 from symgrad.expr.build import _as_expr, apply, const
-from symgrad.expr.node import Expr, TracingError, paused_gc
+from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
 
@@ -139,16 +139,13 @@ def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dic
         every = rolled.fresh_indices(node)
         all_sites.setdefault(node.args[0], []).append((apply(ops.load, (node.args[0], *every)),
                                                        apply(ops.load, (back, *outer, *every))))
-    elif sites and node.op.name == "scan":
-        if outer:
-            raise TracingError("a Jacobian (or Hessian) of an array through sg.scan is not rolled yet: take "
-                               "gradients (sg.grad, sg.vjp) or Hessian-vector products (sg.hvp)")
+    elif sites and node.op.name == "scan":  # over a Jacobian's rows too: those are leading axes
         at = rolled.fresh_indices(node)
-        back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *at)
-        for arg, bar in zip(node.args, scans.vjp(node, back, [a in active for a in node.args], grad)):
+        back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at)
+        for arg, bar in zip(node.args, scans.vjp(node, back, [a in active for a in node.args], grad, outer)):
             if bar is not None:
                 every = rolled.fresh_indices(arg)
-                site = (apply(ops.load, (arg, *every)), apply(ops.load, (bar, *every)))
+                site = (apply(ops.load, (arg, *every)), apply(ops.load, (bar, *outer, *every)))
                 all_sites.setdefault(arg, []).append(site)
 
 

@@ -316,13 +316,25 @@ def _bound(e: Expr, step: Step, consts: tuple) -> Expr:
     return substitute(e, {**dict(zip(step.consts, consts)), step.body: step.body})
 
 
-def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable) -> list[Expr | None]:
+def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tuple = ()) -> list[Expr | None]:
     """The adjoints of the scan ``node``'s arguments (those ``wanted``; None for others) given
     ``adjoint``, the array of its carries' adjoints. A scan the other way carries K[t], the
     adjoint reaching the carry before step t: K[t] = J_c(t)^T (adjoint[t] + K[t+1]) (forward
     scans; K[t-1] for reverse ones). Rows' and outer arrays' adjoints read H[t] = adjoint[t] + K[t+1]
     at every step: rolled arrays over t, the outer ones summed over t. ``grad``: diff.grad (reverse
-    mode of the step's graph; passed in, as diff is what calls this)."""
+    mode of the step's graph; passed in, as diff is what calls this). ``outer``: the indices of a
+    Jacobian's rows, leading axes of ``adjoint`` and of the adjoints returned (vmap's rewrite of the
+    adjoints of one row, an index at a time)."""
+    if outer:
+        one = placeholder(node.shape)
+        bars = vjp(node, one, wanted, grad)
+        for depth in range(len(outer) - 1, -1, -1):
+            whole = adjoint if depth == 0 else placeholder(adjoint.shape[depth:])
+            o = rolled.fresh_index(outer[depth])
+            bars = [None if e is None else batching.place(*batching.batch([e], {one: (whole, 0)}, o)[0], 0,
+                                                          o.payload[1]) for e in bars]
+            one = whole
+        return bars
     length, reverse, step, init, stacks, consts = _parts(node)
     g = placeholder(step.carry.shape)
     wrt = [step.carry, *step.xs, *step.consts]
@@ -376,3 +388,28 @@ def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
     start = tangents[0] if tangents[0] is not None else rolled.zeros_like(init)
     rows = [(step.carry, _before(node, init, reverse)), (step.body, node), *zip(step.xs, stacks), *stacked]
     return make(body, dots[0], start, rows, [], reverse)
+
+
+def _batched(node: Expr, args: tuple, lifted: list, b: Expr) -> tuple[Expr, int] | None:
+    """vmap of a scan (``batching.RULES``): the same loop over a batch of carries, the batch a
+    leading axis of the carry, of each row that varies over it and of each array read whole that
+    does; the carries stacked (steps, batch, ...). None where nothing it reads varies."""
+    if all(v is None for v in lifted):
+        return None
+    length, reverse, step = node.payload
+    n = b.payload[1]
+    carry = placeholder((n, *step.carry.shape))
+    mapped, stacked, bound = {step.carry: (carry, 0)}, [], []
+    for j, (p, arg, v) in enumerate(zip((*step.xs, *step.consts), args[1:], lifted[1:])):
+        row = j < len(step.xs)  # a stacked input: (steps, batch, ...); one read whole: (batch, ...)
+        if v is not None:
+            p_batch = placeholder((n, *p.shape))
+            mapped[p] = (p_batch, 0)
+            p, arg = p_batch, batching.place(*v, 1 if row else 0, n)
+        (stacked if row else bound).append((p, arg))
+    body, axis = batching.batch([step.body], mapped, rolled.fresh_index(b))[0]
+    init = batching.place(*(lifted[0] or (args[0], None)), 0, n)
+    return make(batching.place(body, axis, 0, n), carry, init, stacked, bound, reverse, length), 1
+
+
+batching.RULES["scan"] = _batched
