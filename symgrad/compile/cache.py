@@ -43,11 +43,14 @@ from numba.core.caching import (
 )
 from numba.core.registry import CPUDispatcher
 
-# LLVM 22 (llvmlite 0.50) aborts the whole process on an assertion in LoopPeel ("when peeling the
-# last iteration ... can only peel a single iteration") for a loop whose last two iterations each
-# settle a compare: the guarded reads of a scan's adjoint make such loops. Peeling at most one
-# iteration never reaches it (and peeling more is rare: a loop's first iteration is peeled alone).
-llvmlite.binding.set_option("symgrad", "--unroll-peel-max-count=1")
+# LLVM 21 and later (llvmlite 0.50 has 22) can abort the whole process on an assertion in LoopPeel
+# ("when peeling the last iteration ... can only peel a single iteration") for a loop whose last
+# iterations each settle a compare, which guarded reads make (a gradient gathered from slices of a
+# parameter vector, inside a loop with a reduction: found in a scan's gradient). Peeling at most one
+# iteration never reaches it; one-dimensional loops run their guarded boundary iterations apart
+# (loops._partition), so LLVM has nothing to peel there.
+if llvmlite.binding.llvm_version_info >= (21,):
+    llvmlite.binding.set_option("symgrad", "--unroll-peel-max-count=1")
 
 # Modules loaded in this process, held strongly: their machine code stays in memory anyway.
 _LOADED: dict[str, ModuleType] = {}

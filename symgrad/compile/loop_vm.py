@@ -409,7 +409,7 @@ class _Lowering:
         init, stacks, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
         size, buffers = math.prod(init.shape), self.buffers
         _, w = self.take((length + 1) * size)
-        buffers[node] = (WORK, w if reverse else w + size)
+        buffers[node] = (WORK, w)
         first = w + length * size if reverse else w
         top.lines.append((COPY, buffers[init][1], buffers[init][0], first, WORK, size))
         self.emitter.slots += 1
@@ -430,7 +430,7 @@ class _Lowering:
         buffers.update(zip(step.consts, (buffers[a] for a in consts)))
         outputs, products = loops._plan([step.body])
         self.arrays(topo_order(outputs), products, body)
-        after, stride = step_row(buffers[node], size)
+        after, stride = step_row((WORK, w if reverse else w + size), size)
         row(buffers[outputs[0]], 0, after, stride, size)
         top.lines.append(("loop", counter, length, body.lines))
 

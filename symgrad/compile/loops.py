@@ -31,6 +31,7 @@ from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import (
+    affine,
     by_name,
     costly,
     fresh_index,
@@ -311,12 +312,10 @@ class _Filler:
         (row n reversed), the step reads the row before and writes the next (rows views)."""
         length, reverse, step = node.payload
         init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
-        shape, size, emitter, buffers = init.shape, math.prod(init.shape), self.emitter, self.buffers
-        full, self.buffers[node] = emitter.fresh("s"), emitter.fresh("t")
-        at = self.work
-        top.lines.append(f"{full} = {self.take((length + 1) * size)}.reshape({(length + 1, *shape)!r})")
-        first = at if reverse else at + size
-        top.lines.append(f"{buffers[node]} = work[{first}:{first + length * size}].reshape({node.shape!r})")
+        size, emitter, buffers = math.prod(init.shape), self.emitter, self.buffers
+        at, full = self.work, emitter.fresh("s")
+        buffers[node] = full
+        top.lines.append(f"{full} = {self.take((length + 1) * size)}.reshape({node.shape!r})")
         top.lines += _copied(emitter, "work", at + length * size if reverse else at, buffers[init], size)
         t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
         before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
@@ -708,10 +707,12 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
         region = _Region(region, region.bound | {i}, {**region.loops, i: emitter.fresh("i")})
         levels.append(region)
     inner, loops = region, region.loops
+    bodies = []
     for node in group:
         k = node.payload[1] if node.op.name == "scatter" else 0
         own = node.args[1 + k:]
         body = substitute_indices(node.args[0], dict(zip(own, indices)))
+        bodies.append(body)
         value = emitter.value(body, inner)
         if node.op.name in _START:  # a scalar reduction riding along: its accumulator
             acc = emitter.fresh("a")
@@ -725,9 +726,34 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
             addresses = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
                                   for a in renamed)
             inner.lines.append(f"{buffers[node]}[{addresses}] += {value}")
+    if len(indices) == 1:  # the iterations where every guarded read is inside its array, apart
+        for lo, hi in _partition(indices[0], bodies):
+            top.lines.append(f"for {loops[indices[0]]} in range({lo}, {hi}):")
+            top.lines += ["    " + line for line in levels[0].lines]
+        return
     for depth, (i, level) in enumerate(zip(indices, levels)):
         top.lines.append("    " * depth + f"for {loops[i]} in range({i.payload[1]}):")
         top.lines += ["    " * (depth + 1) + line for line in level.lines]
+
+
+def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
+    """The ranges a one-dimensional loop over ``i`` runs in: the iterations where every guarded read
+    at ``i + c`` is inside its array (``x[i - 1]``, ``x[i + 1]``: all but the first and the last)
+    apart from the others, so that in the main loop the guards hold by its range (LLVM removes
+    them and vectorises, where otherwise it peels iterations off: LLVM 22 can abort doing that).
+    One range when there is nothing to split."""
+    n = i.payload[1]
+    lo, hi = 0, n  # the main loop: lo .. hi - 1
+    for node in {m for b in bodies for m in topo_order([b])}:
+        if node.op.name != "load" or node.payload != "guarded":
+            continue
+        for a, size in zip(node.args[1:], node.args[0].shape):
+            form = affine(a)
+            if form is not None and form[0] == {i: 1}:
+                lo, hi = max(lo, -form[1]), min(hi, size - form[1])
+    if (lo, hi) == (0, n) or not 0 <= lo < hi <= n:
+        return [(0, n)]
+    return [(a, b) for a, b in ((0, lo), (lo, hi), (hi, n)) if a < b]
 
 
 class Layout(Sequence):

@@ -130,17 +130,18 @@ class Rolled:
         return np.cumsum(value, axis)
 
     def scan(self, node: Expr, args: list) -> np.ndarray:
-        """The carries after each step: the step's graph run once a step on the placeholders' values."""
+        """Every carry (the initial one first, last if reversed): the step's graph run once a step on
+        the placeholders' values."""
         length, reverse, step = node.payload
         order = topo_order([step.body])
         init, rows, consts = args[0], args[1:1 + len(step.xs)], args[1 + len(step.xs):]
         values = {p.payload[0]: v for p, v in zip(step.consts, consts)}
-        out = np.empty((length, *init.shape), dtype=object if self.symbolic else init.dtype)
-        carry = init
+        out = np.empty((length + 1, *init.shape), dtype=object if self.symbolic else init.dtype)
+        out[length if reverse else 0] = carry = init
         for t in range(length - 1, -1, -1) if reverse else range(length):
             values[step.carry.payload[0]] = carry
             values.update((p.payload[0], v[t]) for p, v in zip(step.xs, rows))
-            out[t] = carry = run(order, values, {step.body}, self.symbolic)[step.body]
+            out[t if reverse else t + 1] = carry = run(order, values, {step.body}, self.symbolic)[step.body]
         return out
 
     def materialise(self, body: Any, indices: tuple) -> np.ndarray:

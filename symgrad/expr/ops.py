@@ -350,7 +350,8 @@ scan = _row("scan", -1, None, None, kind="rolled", array_valued=True,
                                                                for x in (", ", (k, 0))), ")"),
             latex=lambda node: call_template(r"\operatorname{scan}\left(", len(node.args), r"\right)"),
             evaluate=lambda node, args, ctx: ctx.scan(node, args),
-            doc="a loop carrying a state (sg.scan): the carries after each step, stacked (payload: length, "
+            doc="a loop carrying a state (sg.scan): every carry, the initial one in row 0 (in the last row "
+                "if reversed), then the one after each step (payload: length, "
                 "reverse, the step, a scans.Step); args: the initial carry, the arrays read a row per step, "
                 "the arrays read whole")
 

@@ -74,7 +74,7 @@ def shape_of(node: Expr) -> tuple:
     if name == "cumsum":
         return shape_of(node.args[0])
     if name == "scan":
-        return (node.payload[0], *shape_of(node.args[0]))
+        return (node.payload[0] + 1, *shape_of(node.args[0]))
     return ()
 
 

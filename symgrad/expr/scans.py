@@ -3,7 +3,8 @@
 The step function is traced once, on placeholders: the carry (every leaf of the carry's pytree
 packed into one vector), one row of each stacked input, and every outer array the step reads
 (closure conversion, as a jaxpr's constants). The node ``scan(init, stacks..., consts...)`` is
-the array of the carries after each step, ``R[t]``; the step's outputs ``ys`` are not in the loop:
+the array of every carry (the initial one in row 0, or last if reversed, then the one after each
+step); the step's outputs ``ys`` are not in the loop:
 each is a function of (carry before the step, row t), so all of them are one ordinary rolled
 array over ``t`` (vmap's rewrite, ``batching.batch``), computed after the loop at array speed.
 
@@ -73,8 +74,8 @@ def make(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, revers
 
     >>> c, x = placeholder((2,)), placeholder((2,))
     >>> R = make(c * x, c, rolled.array("c0", 2), [(x, rolled.array("X", (5, 2)))], [])
-    >>> R.shape
-    (5, 2)
+    >>> R.shape  # every carry: the initial one, then one a step
+    (6, 2)
     """
     length = stacked[0][1].shape[0] if stacked else length
     for ph, arr in stacked:
@@ -240,18 +241,19 @@ def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n
     init = init_leaves[0] if alone else _packed(init_leaves)
     stacked = [(p, s if s.ndim > 1 else s.reshape((n, 1))) for p, s in zip(rows, stacks)]
     R = make(body, carry, init, stacked, [], reverse, n)
-    last = R[n - 1 if not reverse else 0]
+    last = R[0 if reverse else n]
     final = pytree.unflatten(tree, [last] if alone else [_view(last, a, s) for a, s in zip(cuts, shapes)])
     y_leaves, y_tree = pytree.flatten(y)
     if not y_leaves:
         return final, y
     t = rolled.fresh_index(rolled.index("t", n))
-    mapped = {carry: (_before(R, init, reverse), 0)}
+    mapped = {carry: (_rows(R, reverse, after=False), 0)}
     mapped.update((p, (s, 0)) for p, (_, s) in zip(rows, stacked))
+    after = _rows(R, reverse, after=True)
     for leaf, a, s in zip(new_leaves, cuts, shapes):  # the carry after: read from R, not computed again
         if leaf is carry or leaf.op.name in ("array", "table") or not _varies(leaf, carry, rows):
             continue
-        mapped[leaf] = (R if alone else _view(R, a, s, steps=n) if s else R[:, a], 0)
+        mapped[leaf] = (after if alone else _view(after, a, s, steps=n) if s else after[:, a], 0)
     ys = [_as_array(v) for v in y_leaves]
     out = batching.batch(ys, mapped, t)
     return final, pytree.unflatten(y_tree, [batching.place(e, axis, 0, n) for e, axis in out])
@@ -294,13 +296,10 @@ def _copy(e: Expr) -> Expr:
     return rolled.tensor(apply(ops.load, (e, *J)), *J)
 
 
-def _before(R: Expr, init: Expr, reverse: bool) -> Expr:
-    """The carries before each step: ``init`` then ``R`` but its last (from the end if ``reverse``)."""
-    n = R.shape[0]
-    first = init.reshape((1, *init.shape))
-    if n == 1:
-        return first
-    return ndarrays.concatenate([R[1:], first] if reverse else [first, R[:-1]])
+def _rows(R: Expr, reverse: bool, after: bool) -> Expr:
+    """Of a scan's carries (the initial one in row 0, in the last row if ``reverse``), those after
+    each step (``after``) or before it, in the steps' order: a slice, no guard."""
+    return R[1:] if after != reverse else R[:-1]
 
 
 def _parts(node: Expr) -> tuple:
@@ -318,10 +317,11 @@ def _bound(e: Expr, step: Step, consts: tuple) -> Expr:
 
 def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tuple = ()) -> list[Expr | None]:
     """The adjoints of the scan ``node``'s arguments (those ``wanted``; None for others) given
-    ``adjoint``, the array of its carries' adjoints. A scan the other way carries K[t], the
-    adjoint reaching the carry before step t: K[t] = J_c(t)^T (adjoint[t] + K[t+1]) (forward
-    scans; K[t-1] for reverse ones). Rows' and outer arrays' adjoints read H[t] = adjoint[t] + K[t+1]
-    at every step: rolled arrays over t, the outer ones summed over t. ``grad``: diff.grad (reverse
+    ``adjoint``, the array of its carries' adjoints (rows as the node's). A scan the other way
+    carries G, each carry's whole adjoint: G[r] = adjoint[r] + J^T G[r+1] (J: the step from carry r
+    to carry r+1), starting from the adjoint of the last carry; the initial carry's is G's last.
+    Rows' and outer arrays' adjoints read the adjoint of each step's result (G but its first row):
+    rolled arrays over the steps, the outer ones summed over them. ``grad``: diff.grad (reverse
     mode of the step's graph; passed in, as diff is what calls this). ``outer``: the indices of a
     Jacobian's rows, leading axes of ``adjoint`` and of the adjoints returned (vmap's rewrite of the
     adjoints of one row, an index at a time)."""
@@ -339,17 +339,16 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     g = placeholder(step.carry.shape)
     wrt = [step.carry, *step.xs, *step.consts]
     grads = [_bound(_after(e, step), step, consts) for e in grad(ndarrays.reduce("sum", g * step.body), wrt)]
-    before = _before(node, init, reverse)
+    before, after = _rows(node, reverse, after=False), _rows(node, reverse, after=True)
     kc, a = placeholder(step.carry.shape), placeholder(step.carry.shape)
-    rows = [(a, adjoint), (step.carry, before), (step.body, node), *zip(step.xs, stacks)]
-    K = make(substitute(grads[0], {g: a + kc}), kc, rolled.zeros_like(init), rows, [], not reverse)
-    out: list[Expr | None] = [(K[length - 1] if reverse else K[0]) if wanted[0] else None]
+    rows = [(a, _rows(adjoint, reverse, after=False)), (step.carry, before), (step.body, after),
+            *zip(step.xs, stacks)]
+    G = make(a + substitute(grads[0], {g: kc}), kc, adjoint[0 if reverse else length], rows, [], not reverse)
+    out: list[Expr | None] = [G[length if reverse else 0] if wanted[0] else None]
     if not any(wanted[1:]):
         return out + [None] * (len(wanted) - 1)
-    widths = ((1, 0) if reverse else (0, 1),) + ((0, 0),) * init.ndim
-    H = adjoint if length == 1 else adjoint + ndarrays.pad(K[:-1] if reverse else K[1:], widths)
     t = rolled.fresh_index(rolled.index("t", length))
-    mapped = {step.carry: (before, 0), step.body: (node, 0), g: (H, 0)}
+    mapped = {step.carry: (before, 0), step.body: (after, 0), g: (_rows(G, reverse, after=True), 0)}
     mapped.update((p, (s, 0)) for p, s in zip(step.xs, stacks))
     for k, (e, want) in enumerate(zip(grads[1:], wanted[1:])):
         if not want:
@@ -386,7 +385,8 @@ def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
     body = _after(forward(step.body, wrt, dots), step)
     body = substitute(_bound(body, step, consts), bound)
     start = tangents[0] if tangents[0] is not None else rolled.zeros_like(init)
-    rows = [(step.carry, _before(node, init, reverse)), (step.body, node), *zip(step.xs, stacks), *stacked]
+    rows = [(step.carry, _rows(node, reverse, after=False)), (step.body, _rows(node, reverse, after=True)),
+            *zip(step.xs, stacks), *stacked]
     return make(body, dots[0], start, rows, [], reverse)
 
 
