@@ -337,35 +337,38 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
         return bars
     length, reverse, step, init, stacks, consts = _parts(node)
     g = placeholder(step.carry.shape)
-    wrt = [step.carry, *step.xs, *step.consts]
-    grads = [_bound(_after(e, step), step, consts) for e in grad(ndarrays.reduce("sum", g * step.body), wrt)]
+    back = grad(ndarrays.reduce("sum", g * step.body), step.carry)
     before, after = _rows(node, reverse, after=False), _rows(node, reverse, after=True)
     kc, a = placeholder(step.carry.shape), placeholder(step.carry.shape)
     rows = [(a, _rows(adjoint, reverse, after=False)), (step.carry, before), (step.body, after),
             *zip(step.xs, stacks)]
-    G = make(a + substitute(grads[0], {g: kc}), kc, adjoint[0 if reverse else length], rows, [], not reverse)
+    back = _bound(_reading(back, step.body, step.body), step, consts)
+    G = make(a + substitute(back, {g: kc}), kc, adjoint[0 if reverse else length], rows, [], not reverse)
     out: list[Expr | None] = [G[length if reverse else 0] if wanted[0] else None]
     if not any(wanted[1:]):
         return out + [None] * (len(wanted) - 1)
+    # The rows' and consts' adjoints: one reverse sweep of every step at once (the step batched over
+    # t, weighted by the adjoint of each step's result), which sums over the steps as it goes.
     t = rolled.fresh_index(rolled.index("t", length))
-    mapped = {step.carry: (before, 0), step.body: (after, 0), g: (_rows(G, reverse, after=True), 0)}
-    mapped.update((p, (s, 0)) for p, s in zip(step.xs, stacks))
-    for k, (e, want) in enumerate(zip(grads[1:], wanted[1:])):
-        if not want:
-            out.append(None)
-            continue
-        rows = batching.place(*batching.batch([e], mapped, t)[0], 0, length)
-        out.append(rows if k < len(stacks) else ndarrays.reduce("sum", rows, 0))
+    whole = [placeholder((length, *p.shape)) for p in step.xs]
+    mapped = {step.carry: (before, 0), **{p: (w, 0) for p, w in zip(step.xs, whole)}}
+    steps = batching.place(*batching.batch([step.body], mapped, t)[0], 0, length)
+    total = ndarrays.reduce("sum", _rows(G, reverse, after=True) * steps)
+    wrt = [p for p, want in zip((*whole, *step.consts), wanted[1:]) if want]
+    found = iter(grad(total, wrt))
+    inputs = {**dict(zip(whole, stacks)), **dict(zip(step.consts, consts)), after: after}
+    for want in wanted[1:]:
+        out.append(substitute(_reading(next(found), steps, after), inputs) if want else None)
     return out
 
 
-def _after(e: Expr, step: Step) -> Expr:
-    """``e`` reading the carry after the step where it computes it again: a derivative uses the
-    forward values (``1 - tanh(u)**2`` reads ``tanh(u)``, the step's body), which the scan stores."""
-    body = step.body
+def _reading(e: Expr, body: Expr, values: Expr) -> Expr:
+    """``e`` reading the array ``values`` where it computes ``body``'s element again: a derivative
+    uses the forward values (``1 - tanh(u)**2`` reads ``tanh(u)``, the step's result), which the
+    scan stores."""
     if body.op.name != "tensor" or not body.args[0].args or body.args[0].op.name == "load":
         return e
-    return substitute(e, {body.args[0]: apply(ops.load, (body, *body.args[1:])), body: body})
+    return substitute(e, {body.args[0]: apply(ops.load, (values, *body.args[1:])), body: body})
 
 
 def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
@@ -382,7 +385,7 @@ def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
                 stacked.append((dots[-1], dot))
             else:
                 bound[dots[-1]] = dot
-    body = _after(forward(step.body, wrt, dots), step)
+    body = _reading(forward(step.body, wrt, dots), step.body, step.body)
     body = substitute(_bound(body, step, consts), bound)
     start = tangents[0] if tangents[0] is not None else rolled.zeros_like(init)
     rows = [(step.carry, _rows(node, reverse, after=False)), (step.body, _rows(node, reverse, after=True)),
