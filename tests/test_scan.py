@@ -142,6 +142,26 @@ def test_numba_loops_run_scans():
     assert "for " in sg.grad(rnn_loss, backend="numba").trace(theta, xs, ys).compiled.source
 
 
+def test_steps_whose_carry_is_a_row_or_unchanged_compile_right():
+    """A step returning a row (or the carry itself) computes nothing: its carry is a copy the loops'
+    planner removes, and the compiled loop must still write it (it once left the row unwritten)."""
+    w, X = RNG.normal(size=3), RNG.normal(size=(STEPS, 3))
+
+    def f(w, X):
+        h, ys = sg.scan(lambda c, x: (x, c * 2), w, X)
+        k, zs = sg.scan(lambda c, x: (c, c * x), h, X)
+        return np.sum(h * w) + np.sum(ys) + np.sum(k ** 2) + np.sum(zs)
+
+    def by_hand(w):
+        return np.sum(X[-1] * w) + 2 * (np.sum(w) + np.sum(X[:-1])) + np.sum(X[-1] ** 2) + np.sum(X[-1] * X)
+
+    expected = numeric_grad(by_hand, w)
+    for backend in ("vm", "numba"):
+        value, g = sg.value_and_grad(f, backend=backend)(w, X)
+        assert value == pytest.approx(by_hand(w), rel=1e-13)
+        np.testing.assert_allclose(g, expected, rtol=1e-6, atol=1e-8)
+
+
 def test_second_derivatives_through_scan():
     theta, xs, _ = data()
     x, v = theta[:6], RNG.normal(size=6)

@@ -326,11 +326,13 @@ class _Filler:
         buffers.update(zip(step.consts, (buffers[a] for a in consts)))
         outputs, products = _plan([step.body])
         self.arrays(outputs, topo_order(outputs), products, body, {outputs[0]: f"{full}[{after}]"})
+        if outputs[0].op.name in ("array", "table"):  # planned away (a copy of a row or of the carry)
+            body.lines += _copied(emitter, "work", f"{at} + ({after}) * {size}", buffers[outputs[0]], size)
         top.lines.append(f"for {t} in range({length - 1}, -1, -1):" if reverse else f"for {t} in range({length}):")
         top.lines += ["    " + line for line in body.lines]
 
 
-def _copied(emitter: _Emitter, memory: str, start: int, source: str, size: int) -> list[str]:
+def _copied(emitter: _Emitter, memory: str, start: int | str, source: str, size: int) -> list[str]:
     """Lines copying the array ``source`` (C order) into ``memory`` from ``start``: a loop, which
     Numba compiles in milliseconds (an assignment of an array to a slice takes it 0.5-3 s)."""
     flat, k = emitter.fresh("c"), emitter.fresh("i")
