@@ -660,16 +660,17 @@ def _called(fn, *args):
 RNN = (120, 16, 8)  # steps, sequences, hidden units (examples/rnn.py)
 
 
-def rnn_numpy(theta, xs, ys):
-    """examples/rnn.py's loss written with sg.scan (every step scored)."""
+def rnn_numpy(theta, xs, ys, xp=np, scan=sg.scan):
+    """examples/rnn.py's loss written with sg.scan (every step scored); ``xp``, ``scan``: jax.numpy
+    and jax.lax.scan make it JAX's."""
     W, u, b, v = hand.rnn_weights(theta, RNN[2])
 
     def step(state, xy):
         x, y = xy
-        state = np.tanh(state @ W.T + x[:, None] * u + b)
-        return state, np.mean((state @ v - y) ** 2)
+        state = xp.tanh(state @ W.T + x[:, None] * u + b)
+        return state, xp.mean((state @ v - y) ** 2)
 
-    return np.mean(sg.scan(step, np.zeros(RNN[1:]), (xs, ys))[1])
+    return xp.mean(scan(step, xp.zeros(RNN[1:]), (xs, ys))[1])
 
 
 def rnn_python_loop(theta, xs, ys):
@@ -680,17 +681,6 @@ def rnn_python_loop(theta, xs, ys):
         state = np.tanh(state @ W.T + xs[t][:, None] * u + b)
         total = total + np.mean((state @ v - ys[t]) ** 2)
     return total / xs.shape[0]
-
-
-def rnn_jax(theta, xs, ys):
-    W, u, b, v = hand.rnn_weights(theta, RNN[2])
-
-    def step(state, xy):
-        x, y = xy
-        state = jnp.tanh(state @ W.T + x[:, None] * u + b)
-        return state, jnp.mean((state @ v - y) ** 2)
-
-    return jnp.mean(jax.lax.scan(step, jnp.zeros(RNN[1:]), (xs, ys))[1])
 
 
 def recurrences() -> None:
@@ -713,7 +703,7 @@ def recurrences() -> None:
         got, want = vg(theta, xs, ys), hand.rnn(theta, xs, ys, hidden)
         assert np.isclose(got[0], want[0]) and np.allclose(got[1], want[1])
     if HAVE["jax"]:
-        f = jax.jit(jax.value_and_grad(rnn_jax))
+        f = jax.jit(jax.value_and_grad(lambda theta, xs, ys: rnn_numpy(theta, xs, ys, jnp, jax.lax.scan)))
         t, _ = first(lambda: jax.block_until_ready(f(theta, xs, ys)))
         row(problem, "JAX jit(value_and_grad), lax.scan", "first result", t, None, "s")
         row(problem, "JAX jit(value_and_grad), lax.scan", "per call",

@@ -746,12 +746,12 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
     One range when there is nothing to split."""
     n = i.payload[1]
     lo, hi = 0, n  # the main loop: lo .. hi - 1
-    for node in {m for b in bodies for m in topo_order([b])}:
+    for node in topo_order(bodies):
         if node.op.name != "load" or node.payload != "guarded":
             continue
         for a, size in zip(node.args[1:], node.args[0].shape):
             form = affine(a)
-            if form is not None and form[0] == {i: 1}:
+            if form is not None and len(form[0]) == 1 and form[0].get(i) == 1:
                 lo, hi = max(lo, -form[1]), min(hi, size - form[1])
     if (lo, hi) == (0, n) or not 0 <= lo < hi <= n:
         return [(0, n)]

@@ -9,10 +9,10 @@ each is a function of (carry before the step, row t), so all of them are one ord
 array over ``t`` (vmap's rewrite, ``batching.batch``), computed after the loop at array speed.
 
 Derivatives follow the same split. Reverse mode (``vjp``) is a scan running the other way whose
-carry is the adjoint reaching the carry before each step; the adjoints of the rows and of the
-outer arrays are then rolled arrays over ``t`` (summed over ``t`` for the outer arrays). Forward
-mode (``jvp``) is a scan carrying the tangent. Both are scans of the same kind, so derivatives of
-derivatives (hvp: forward over reverse) need nothing more.
+carry is each carry's whole adjoint; the adjoints of the rows and of the outer arrays are then
+one reverse sweep of every step at once (the step batched over ``t``), which sums over the steps
+as it goes. Forward mode (``jvp``) is a scan carrying the tangent. Both are scans of the same
+kind, so derivatives of derivatives (hvp: forward over reverse) need nothing more.
 """
 
 from __future__ import annotations
@@ -170,11 +170,11 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
     init_leaves, init_tree = pytree.flatten(init)
     x_leaves, x_tree = pytree.flatten(xs)
     steps = {_shape(v)[0] if _shape(v) else None for v in x_leaves}
-    if None in steps or len(steps | ({int(length)} if length is not None else set())) > 1 or not steps | (
-            {length} if length is not None else set()):
+    steps |= {int(length)} if length is not None else set()
+    if len(steps) != 1 or None in steps:
         raise ValueError(f"scan: each leaf of xs must have the same leading axis (the steps), and length (if "
                          f"given) that number; got shapes {[_shape(v) for v in x_leaves]}, length {length!r}")
-    n = int(length) if length is not None else steps.pop()
+    n = steps.pop()
     if any(ndarrays.is_array(v) for v in init_leaves + x_leaves):
         return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
     return _loop(f, init, init_tree, x_leaves, x_tree, n, reverse)
@@ -356,7 +356,7 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     total = ndarrays.reduce("sum", _rows(G, reverse, after=True) * steps)
     wrt = [p for p, want in zip((*whole, *step.consts), wanted[1:]) if want]
     found = iter(grad(total, wrt))
-    inputs = {**dict(zip(whole, stacks)), **dict(zip(step.consts, consts)), after: after}
+    inputs = {**dict(zip(whole, stacks)), **dict(zip(step.consts, consts))}
     for want in wanted[1:]:
         out.append(substitute(_reading(next(found), steps, after), inputs) if want else None)
     return out
