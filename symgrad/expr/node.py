@@ -29,13 +29,15 @@ _pack = struct.Struct("<d").pack
 
 
 def float_bits(v: float) -> int:
-    """The IEEE-754 bits of ``v``: keys constants so 0.0 and -0.0 differ and NaN equals itself."""
+    """The IEEE-754 bits of ``v`` (constants' keys: 0.0 and -0.0 differ)."""
     return _bits.unpack(_pack(v))[0]
 
 
 def const_key(v: float) -> Any:
-    """The intern key of a constant: the float itself, or its bits for zeros and NaN."""
-    return v if v == v and v != 0.0 else float_bits(v)
+    """The intern key of a constant: the float itself, its bits for zeros (0.0 and -0.0 differ),
+    one key for every NaN (their sign and payload bits are no value: NumPy ops give NaN alike, and
+    saved graphs write them "nan")."""
+    return v if v == v and v != 0.0 else float_bits(v) if v == 0.0 else "nan"
 
 
 class TracingError(TypeError):

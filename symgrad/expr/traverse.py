@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr.build import _as_expr, apply, const
-from symgrad.expr.node import Expr, float_bits, paused_gc
+from symgrad.expr.node import Expr, const_key, paused_gc
 from symgrad.expr.ops import OPS
 
 
@@ -153,7 +153,7 @@ def structural_hash(exprs: Any) -> str:
     nodes, outputs = to_flat(exprs)
     h = hashlib.blake2b(digest_size=20)
     for name, payload, args in nodes:
-        key = float_bits(payload) if name == "const" else payload
+        key = const_key(payload) if name == "const" else payload
         h.update(f"{name}|{key}|{args};".encode())
     h.update(repr(outputs).encode())
     return h.hexdigest()
