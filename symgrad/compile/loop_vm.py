@@ -324,7 +324,7 @@ def lower(program: loops.LoopProgram) -> dict:
     order = topo_order(outputs)
     slots, out_offsets, _ = loops._slots(outputs)
     lowering, top = _Lowering(buffers, scalars, out_offsets), loops._Region(None, frozenset(), {})
-    lowering.arrays(order, products, top)
+    lowering.arrays(outputs, order, products, top)
     emitter = lowering.emitter
     zero = emitter.value(loops._ZERO, top)
     for r, start in slots:
@@ -364,14 +364,14 @@ class _Lowering:
         else:
             self.buffers[node] = self.take(math.prod(node.shape))
 
-    def arrays(self, order: list[Expr], products: set, top: loops._Region) -> None:
+    def arrays(self, outputs: list[Expr], order: list[Expr], products: set, top: loops._Region) -> None:
         """The rows filling the arrays of ``order`` (planned; ``products`` its BLAS products)."""
         buffers, emitter, ints = self.buffers, self.emitter, self.ints
         for t in (n for n in order if n.op.name == "table" and n not in buffers):
             buffers[t] = (TABLES, len(self.tables))
             self.tables += map(float, t.payload[1])
         riders, place = loops._riders(order), self.place
-        for kind, nodes in loops._schedule(order, products):
+        for kind, nodes in loops._schedule(order, products, outputs):
             if kind == "product":
                 place(nodes[0])
                 ints += _dot_operands(nodes[0], buffers)
@@ -429,7 +429,7 @@ class _Lowering:
             row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
         buffers.update(zip(step.consts, (buffers[a] for a in consts)))
         outputs, products = loops._plan([step.body])
-        self.arrays(topo_order(outputs), products, body)
+        self.arrays(outputs, topo_order(outputs), products, body)
         after, stride = step_row((WORK, w if reverse else w + size), size)
         row(buffers[outputs[0]], 0, after, stride, size)
         top.lines.append(("loop", counter, length, body.lines))

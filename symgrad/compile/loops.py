@@ -275,7 +275,7 @@ class _Filler:
         def loop(nest: list[Expr]) -> None:
             _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
 
-        units = _schedule(order, products)
+        units = _schedule(order, products, outputs)
         fused = _fused(order, outputs, units)
         for kind, nodes in units:
             if kind == "tensors":
@@ -573,7 +573,7 @@ def _uses(order: list[Expr]) -> dict[Expr, int]:
     return uses
 
 
-def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
+def _schedule(order: list[Expr], products: set, kept: Sequence[Expr] = ()) -> list[tuple[str, list]]:
     """The loop nests filling the arrays, in an order that computes what each reads first.
 
     "tensors": tensors over the same ranges, one loop nest filling them all (sharing what their
@@ -582,17 +582,18 @@ def _schedule(order: list[Expr], products: set) -> list[tuple[str, list]]:
     its body's other terms (or None), the scatters its body adds], which add in place: no
     buffer of their own, and scatters over the same ranges in one loop (a gradient through
     strided or table addresses is then one pass, as written by hand)."""
-    uses = _uses(order)
+    uses, present, kept = _uses(order), set(order), set(kept)
     accumulating, hidden = {}, set()
     for t in order:
         if t.op.name == "tensor" and t not in products:
             terms = _terms(t.args[0])
             added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter"
                      and m.payload is None and all(a is b for a, b in zip(m.args[1:], t.args[1:]))
-                     and uses[m.args[0]] == uses[m] == 1]
-            if added:
-                rest = [m for m in terms if all(m is not a for a in added)]
-                accumulating[t] = [tensor(_sum(rest), *t.args[1:]) if rest else None, *(m.args[0] for m in added)]
+                     and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
+            rest = [m for m in terms if all(m is not a for a in added)]
+            rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
+            if added and rest not in present:  # (else the rest is an array others read: it keeps its buffer)
+                accumulating[t] = [rest, *(m.args[0] for m in added)]
                 hidden.update(m.args[0] for m in added)
     units: list[tuple[str, list]] = []
     unit_of: dict[Expr, int] = {}

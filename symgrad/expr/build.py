@@ -114,6 +114,10 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
     if len(args) != op.arity and op.arity >= 0:  # arity -1: any number (rolled loads and tensors)
         raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
     args = tuple(a if type(a) is Expr else _as_expr(a, op) for a in args)
+    if op.kind == "scalar" and any(a.op.array_valued for a in args):  # (an array goes elementwise, or loads)
+        culprit = next(a for a in args if a.op.array_valued)
+        raise TypeError(f"{op.name}() of the whole array {str(culprit)[:60]}: scalar ops take its elements "
+                        "(sg.sin(x) of a traced array applies elementwise; sg.load / x[i] reads one)")
     special = n_const = 0
     for a in args:
         if a.op in _LOOKED_AT:

@@ -70,6 +70,9 @@ def elementwise(op: Op) -> Callable:
                                   for v in values))
 
 
+ON_ARRAYS: list[Callable] = []  # ndarrays.elementwise, installed by methods.py (ndarrays reaches this module)
+
+
 def _lift(op: Op) -> Callable:
     """The public function for ``op``, like a NumPy ufunc: expressions give expressions, numbers and
     float arrays give NumPy's values, arrays holding expressions (traced arrays) apply elementwise."""
@@ -79,6 +82,8 @@ def _lift(op: Op) -> Callable:
         if len(args) != op.arity:
             raise TypeError(f"{op.name}() takes {op.arity} argument(s), got {len(args)}")
         if not any(isinstance(a, np.ndarray | list | tuple) for a in args) and any(type(a) is Expr for a in args):
+            if any(a.op.array_valued for a in args if type(a) is Expr):  # a rolled array: elementwise
+                return ON_ARRAYS[0](lambda *xs: apply(op, xs), args)
             return apply(op, args)
         arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) if isinstance(a, list | tuple) else a
                   for a in args]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import arrays, ndarrays, ops, printing, rolled, traverse
+from symgrad.expr import arrays, functions, ndarrays, ops, printing, rolled, traverse
 from symgrad.expr.build import apply
 from symgrad.expr.functions import SymArray, rint
 from symgrad.expr.node import Expr, intern
@@ -114,6 +114,7 @@ def _array_function(self: Any, func: Any, types: Any, args: tuple, kwargs: dict)
 
 
 Expr.__array_ufunc__ = SymArray.__array_ufunc__ = _array_ufunc
+functions.ON_ARRAYS[:] = [ndarrays.elementwise]  # sg.sin(x) of a rolled array
 Expr.__array_function__ = SymArray.__array_function__ = _array_function
 Expr.__matmul__ = lambda self, other: ndarrays.matmul(self, other)
 Expr.__rmatmul__ = lambda self, other: ndarrays.matmul(other, self)

@@ -522,8 +522,18 @@ def _settled(condition: Expr) -> bool | None:
 
 
 def _scatter(arr: Expr, load: Expr, w: Expr) -> Expr:
-    """sum over the load's indices of w into position a(I): for addresses solve cannot invert."""
-    return scatter(w, load.args[1:], tuple(by_name(load.free)), shape_of(arr))
+    """sum over the load's indices of w into position a(I): for addresses solve cannot invert. A
+    guarded load's address may leave the array where its value is discarded (w is 0 there): those
+    terms are masked and their addresses wrapped into range (adding 0 anywhere changes nothing)."""
+    addresses = []
+    for a, n in zip(load.args[1:], shape_of(arr)):
+        lo, hi = value_range(a)
+        if lo < 0:
+            w = ops.where(a >= 0, w, 0.0)
+        if hi >= n:
+            w = ops.where(a < n, w, 0.0)
+        addresses.append(a if 0 <= lo and hi < n else a % n)
+    return scatter(w, tuple(addresses), tuple(by_name(load.free)), shape_of(arr))
 
 
 def scatter(body: Expr, addresses: tuple, indices: tuple, shape: tuple) -> Expr:

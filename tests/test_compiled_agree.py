@@ -1,0 +1,96 @@
+"""Programs the compiled loops (loop VM, Numba) once got silently wrong, each against the interpreter,
+the element-by-element trace (its own graph: the oracle) and NumPy. Regression tests of issue 20."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import trace
+
+RNG = np.random.default_rng(7)
+X, Y = RNG.normal(size=100), RNG.normal(size=80)
+PERM, TABLE = RNG.permutation(180), RNG.integers(0, 180, size=70)
+
+
+def _element(fn, args, argnums):
+    saved, trace.ROLLED_MIN = trace.ROLLED_MIN, 10**9
+    try:
+        return sg.value_and_grad(fn, argnums=argnums, backend="python")(*args)
+    finally:
+        trace.ROLLED_MIN = saved
+
+
+def _agree(fn, args, backends=("python", "vm")):
+    """Value and gradient on each backend equal the element trace's (1e-12 relative) and NumPy's value."""
+    argnums = tuple(range(len(args)))
+    want_value, want_grad = _element(fn, args, argnums)
+    assert want_value == pytest.approx(fn(*args), rel=1e-12, abs=1e-12)
+    want = np.concatenate([np.ravel(g) for g in want_grad])
+    for backend in backends:
+        value, grad = sg.value_and_grad(fn, argnums=argnums, backend=backend)(*args)
+        got = np.concatenate([np.ravel(g) for g in grad])
+        scale = max(1.0, np.abs(want).max())
+        assert value == pytest.approx(want_value, rel=1e-12, abs=1e-12), backend
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * scale, err_msg=backend)
+
+
+@pytest.mark.parametrize("clip", [
+    lambda v: np.minimum(v, 0.0), lambda v: np.maximum(v, 0.0), lambda v: np.clip(v, -0.3, 0.4)])
+def test_a_permuted_gather_through_min_max_clip(clip):
+    """The gradient's tensor (what the product contributes) is an array the value reads too: the
+    scatter of the gather's adjoint added into its buffer made the value twice the sum."""
+    perm = PERM[PERM < 64]
+    _agree(lambda x: np.sum(x * clip(x[perm])), (X[:64],), ("python", "vm", "numba"))
+
+
+def test_a_gather_by_halves_with_two_arguments():
+    _agree(lambda x, w: np.sum(np.tanh(x - w) * x[np.arange(x.shape[0]) // 2]), (X, X[::-1] * 0.5))
+
+
+def test_the_readmes_scan_rnn_differentiates_at_every_width():
+    """A gradient whose own tensor is an input array plus a scatter (the array was given the output's
+    buffer: IndexError in the planner from a carry of 8 on)."""
+    for width in (7, 8, 12):
+        W, xs = RNG.normal(size=(width, width)) * 0.3, RNG.normal(size=(20, width))
+
+        def rnn(W, xs):
+            h, _ = sg.scan(lambda h, x: (np.tanh(W @ h + x), None), np.zeros(W.shape[0]), xs)
+            return np.sum(h ** 2)
+
+        _agree(rnn, (W, xs), ("python", "vm", "numba") if width == 8 else ("python", "vm"))
+
+
+def test_an_input_plus_a_scatter_is_a_gradient_of_its_own():
+    _agree(lambda x: np.sum(x ** 2 / 2) + np.sum(np.cos(x[TABLE % 100]) * Y[:70]), (X,))
+
+
+@pytest.mark.parametrize("name", ["perm", "table", "halves", "2-d"])
+def test_a_gather_through_concatenate(name):
+    """A gather of a concatenation reads each part through a guarded load, whose address leaves the
+    part where the other is read: the adjoint scatters only where the guard holds (was IndexError)."""
+    fn = {"perm": lambda x, y: np.sum(np.concatenate([x, y])[PERM] * np.arange(180)),
+          "table": lambda x, y: np.sum(np.concatenate([x, y])[TABLE] ** 2),
+          "halves": lambda x, y: np.sum(np.concatenate([x, y])[np.arange(180) // 2] * np.concatenate([y, x])),
+          "2-d": lambda x, y: np.sum(np.concatenate([x.reshape(10, 10)[:8], y.reshape(8, 10)], axis=1)
+                                     [:, PERM[:16] % 20] ** 2)}[name]
+    _agree(fn, (X, Y))
+
+
+@pytest.mark.parametrize("fn", [sg.stop_gradient, sg.sigmoid, sg.relu, sg.softplus])
+def test_sg_functions_apply_elementwise_to_rolled_arrays(fn):
+    """sg.stop_gradient(x) of a traced array built one scalar node of the whole array (a SyntaxError
+    in the generated loops, a broadcasting error in the interpreter)."""
+    _agree(lambda x: np.sum(fn(x[3:]) * x[:-3] ** 2), (X,))
+
+
+def test_sigmoid_of_a_slice_of_a_scan_carry():
+    def f(x):
+        c, _ = sg.scan(lambda c, r: (c * 0.5 + r, None), np.zeros(8), x.reshape(10, 10)[:, :8])
+        return np.sum(sg.sigmoid(c[2:5]) * c[:3])
+
+    _agree(f, (X,))
+
+
+def test_a_scalar_op_refuses_a_whole_array():
+    with pytest.raises(TypeError, match="sin.*whole array x"):
+        sg.expr.ops.OPS["sin"](sg.array("x", 4))
