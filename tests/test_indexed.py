@@ -280,3 +280,24 @@ def test_sparse_derivatives_go_through_indexed_nodes_and_refuse_array_inputs():
                                np.array(sg.evaluate(sg.hessian(f, [a, b, c]), point), dtype=float), rtol=1e-14)
     with pytest.raises(TypeError, match=r"sparse=True\) differentiates .* variables, not the array x:"):
         sg.hessian(f, [x], sparse=True)
+
+
+def test_index_arithmetic_beyond_two_to_the_53_is_refused_when_built():
+    """Index values are exact as floats (the loop VM's registers) and int64 only below 2**53: 2**53 + 1
+    was stored as 2**53, and (i * 2**62) % 7 gave a different wrong address on every backend."""
+    x, i = sg.array("x", 8), sg.index("i", 8)
+    with pytest.raises(OverflowError, match=r"beyond \+-2\*\*53"):
+        x[i + 2**53 + 1 - 2**53 - 1]
+    with pytest.raises(OverflowError, match=r"beyond \+-2\*\*53"):
+        x[(i * 2**62) % 7]
+    with pytest.raises(OverflowError, match=r"beyond \+-2\*\*53"):
+        x[sg.table([2**60, 1])[i % 2] % 8]
+    assert sg.evaluate(sg.sum(x[(i * 2**40 + 3) % 8], i), {x: np.arange(8.0)}) == 8 * 3.0  # exact below
+
+
+@pytest.mark.parametrize("make", [lambda: sg.index("i", 2**63), lambda: sg.index("i", True),
+                                  lambda: sg.array("y", (True, 3)), lambda: sg.array("y", (2**40, 2**20)),
+                                  lambda: sg.array("y", 0)])
+def test_sizes_are_positive_integers_below_two_to_the_53(make):
+    with pytest.raises(ValueError, match="positive integer"):
+        make()

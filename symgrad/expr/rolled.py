@@ -12,6 +12,7 @@ ordinary scalar graph (the oracle).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,13 @@ from symgrad.expr import interp, ops
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.traverse import topo_order
+
+INDEX_LIMIT = 2**53  # index values, array sizes and sizes of axes stay below: exact as floats and as int64
+
+
+def _size(d: Any) -> bool:
+    """Whether ``d`` is a size: a positive integer (not a bool) below ``INDEX_LIMIT``."""
+    return isinstance(d, int | np.integer) and not isinstance(d, bool | np.bool_) and 1 <= d < INDEX_LIMIT
 
 
 def index(name: str, size: int) -> Expr:
@@ -32,8 +40,8 @@ def index(name: str, size: int) -> Expr:
     """
     if not isinstance(name, str) or not name or not name.isprintable():
         raise ValueError(f"an index name must be printable text, got {name!r}")
-    if not isinstance(size, int | np.integer) or size < 1:
-        raise ValueError(f"index {name!r}: the size must be a positive integer, got {size!r}")
+    if not _size(size):
+        raise ValueError(f"index {name!r}: the size must be a positive integer below 2**53, got {size!r}")
     return intern(ops.index, (), (name, int(size)))
 
 
@@ -45,8 +53,9 @@ def array(name: str, shape: int | tuple) -> Expr:
     (x, (5,))
     """
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-    if not shape or not all(isinstance(d, int | np.integer) and d >= 1 for d in shape):
-        raise ValueError(f"array {name!r}: the shape must be positive integers, got {shape!r}")
+    if not shape or not all(map(_size, shape)) or math.prod(map(int, shape)) >= INDEX_LIMIT:
+        raise ValueError(f"array {name!r}: the shape must be positive integers, fewer than 2**53 elements in "
+                         f"all, got {shape!r}")
     if not isinstance(name, str) or not name or not name.isprintable():
         raise ValueError(f"an array name must be printable text, got {name!r}")
     return intern(ops.array, (), (name, tuple(int(d) for d in shape)))
@@ -98,7 +107,10 @@ def value_range(e: Expr) -> tuple[int, int]:
             stack.extend(pending)
             continue
         stack.pop()
-        ranges[node] = _range(node, ranges, e)
+        lo, hi = ranges[node] = _range(node, ranges, e)
+        if -INDEX_LIMIT >= lo or hi >= INDEX_LIMIT:
+            raise OverflowError(f"index expression {str(e)[:80]}: {str(node)[:60]} takes values {lo}..{hi}, "
+                                "beyond +-2**53, where index arithmetic (floats in the loop VM) stops being exact")
     return ranges[e]
 
 
