@@ -94,3 +94,42 @@ def test_sigmoid_of_a_slice_of_a_scan_carry():
 def test_a_scalar_op_refuses_a_whole_array():
     with pytest.raises(TypeError, match="sin.*whole array x"):
         sg.expr.ops.OPS["sin"](sg.array("x", 4))
+
+
+def test_the_loop_vm_and_the_compiled_loops_give_the_same_bits():
+    """backend="auto" answers from the loop VM and then from Numba's loops: one program, the same
+    bits. Here: cubes (x*x*x both, not a pow call in one), reductions past a VM block of lanes
+    (folded in order, not per lane), exp beside sin in one loop (the C library's exp in both),
+    running sums, maxima, scatters, BLAS products."""
+    def f(x):
+        m = x.reshape(50, 100)
+        return (np.sum(np.abs(x) ** 3) ** (1 / 3) + np.sum(np.sin(x) * np.exp(x / 4)) + np.mean(np.tanh(x) * x)
+                + np.sum(np.cumsum(m, axis=1).cumsum(0) ** 3) * 1e-6 + np.max(x * np.cos(x))
+                + np.sum(np.log1p(x[::3] ** 2) * x[1::3][::-1]) + np.sum((m ** 2 @ np.abs(x[:100])) ** 0.5)
+                + np.sum(np.logaddexp(x[:2500], x[2500:])) + np.sum(sg.softplus(x) * sg.sigmoid(-x)))
+
+    x = np.random.default_rng(5).normal(size=5000) * 2
+    vg = sg.value_and_grad(f, backend="vm")
+    program = vg.trace(x).compiled.program
+    results = []
+    for backend in ("vm", "numba"):
+        out = np.empty(program.n_out)
+        results.append((program.kernels(backend).kernel("point")(x, np.zeros(0), out), out))
+    (value_vm, out_vm), (value_numba, out_numba) = results
+    assert value_vm == value_numba
+    np.testing.assert_array_equal(out_vm, out_numba)
+    assert program.library  # (the library switch was exercised)
+    value, grad = sg.value_and_grad(f, backend="python")(x)
+    assert out_vm[0] == pytest.approx(value, rel=1e-12)  # (the value is the first output here)
+    np.testing.assert_allclose(out_vm[1:], grad, rtol=1e-9, atol=1e-9)
+
+
+def test_a_product_with_part_of_an_array_as_its_operand():
+    """x[:100] of a 5000-element x in a matrix-vector product: BLAS was handed all of x (a ValueError
+    from np.dot on the VM and in the compiled loops)."""
+    x = np.random.default_rng(3).normal(size=5000)
+    want = sg.value_and_grad(lambda x: np.sum(x.reshape(50, 100) ** 2 @ x[:100]), backend="python")(x)
+    for backend in ("vm", "numba"):
+        value, grad = sg.value_and_grad(lambda x: np.sum(x.reshape(50, 100) ** 2 @ x[:100]), backend=backend)(x)
+        assert value == pytest.approx(want[0], rel=1e-12)
+        np.testing.assert_allclose(grad, want[1], rtol=1e-10, atol=1e-10)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,7 @@ from symgrad.expr.traverse import topo_order
 BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noise (measured)
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
 # Pseudo-ops, past the op table's codes. Rows are (op, d, a, b, c, e).
-(CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, HRED, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
+(CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, FOLD, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
  DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS) = range(1000, 1022)
 _KINDS = {"sum": 0, "max": 1, "min": 2}
 
@@ -61,9 +63,10 @@ _PSEUDO = [
     (ACC, "if b == 0:\n    for j in range(L):\n        rd[j] += ra[j]\n" + "".join(
         f"elif b == {k}:\n    for j in range(L):\n        rd[j] = {_COMBINE[k].format('rd[j]', 'ra[j]')}\n"
         for k in (1, 2))[:-1]),
-    (HRED, "v = r[a, 0]\n" + "".join(
-        f"{'if' if k == 0 else 'elif'} b == {k}:\n    for j in range(1, r.shape[1]):\n"
-        f"        v = {_COMBINE[k].format('v', 'r[a, j]')}\n" for k in range(3)) + "r[d, :] = v"),
+    # a reduction over a nest's lanes in their order (the compiled loops' order: the same bits)
+    (FOLD, "v = rd[0]\n" + "".join(
+        f"{'if' if k == 0 else 'elif'} b == {k}:\n    for j in range(L):\n"
+        f"        v = {_COMBINE[k].format('v', 'ra[j]')}\n" for k in range(3)) + "rd[:] = v"),
     (LOOP, "counters[a] = 0\nif b <= 0:\n    pc = c"),
     (ENDLOOP, "counters[a] += 1\nif counters[a] < b:\n    pc = c"),
     (NEST, "base = 0\ntotal = a\nL = min(L0, total)\nif total <= 0:\n    pc = b"),
@@ -81,6 +84,17 @@ _PSEUDO = [
     (IDIV, "for j in range(L):\n    rd[j] = float(int(ra[j]) // int(rb[j]))"),
     (IMOD, "for j in range(L):\n    rd[j] = float(int(ra[j]) % int(rb[j]))"),
 ]
+
+# Rows calling the C library where the compiled loops do (LoopProgram.library): for each op whose
+# template calls fastmath functions, a variant for each set of them switched, as the loops switch them.
+_CALLS = {op.name: sorted(set(loops._FASTMATH.findall(op.numba))) for op in OPS.values()
+          if op.numba and loops._FASTMATH.search(op.numba)}
+_LIBRARY = {(name, frozenset(switched)): 1100 + k for k, (name, switched) in enumerate(
+    (name, switched) for name, calls in _CALLS.items() for n in range(1, len(calls) + 1)
+    for switched in itertools.combinations(calls, n))}
+_PSEUDO += [(code, "for j in range(L):\n    rd[j] = " + re.sub(
+    rf"fastmath\.({'|'.join(switched)})\(", r"math.\1(", OPS[name].numba).format("ra[j]", "rb[j]", "rc[j]"))
+    for (name, switched), code in _LIBRARY.items()]
 
 HEADER = '''"""symgrad loop VM (generated from the op table; edits are overwritten)."""
 import math
@@ -225,8 +239,9 @@ def variant(name: str) -> Any:
 class _Lanes(loops._Emitter):
     """Values as VM rows in the regions of the loop emitter: a name is a register."""
 
-    def __init__(self, buffers: dict, scalars: dict) -> None:
+    def __init__(self, buffers: dict, scalars: dict, library: frozenset = frozenset()) -> None:
         super().__init__(buffers, scalars)  # arrays and variables -> (memory, offset)
+        self.library = library  # the fastmath functions called from the C library
         self.consts: list[float] = []
         self.slots = 0  # loop counters
 
@@ -258,7 +273,9 @@ class _Lanes(loops._Emitter):
             if name in ("mod", "floor_divide") and all(self._integral(a) for a in node.args):
                 home.lines.append((IMOD if name == "mod" else IDIV, d, *args, 0, 0))
             else:
-                home.lines.append((node.op.code, d, *args, *(0,) * (4 - len(args))))
+                switched = self.library.intersection(_CALLS.get(name, ()))
+                code = _LIBRARY[name, switched] if switched else node.op.code
+                home.lines.append((code, d, *args, *(0,) * (4 - len(args))))
             if name in loops._INTEGER_OPS and all(self._integral(a) for a in node.args):
                 self.integers.add(node)
         return d
@@ -285,17 +302,15 @@ class _Lanes(loops._Emitter):
 
     def _reduce(self, node: Expr, home: loops._Region, child: loops._Region, body: Expr, i: Expr) -> None:
         value, acc, kind, size = self.value(body, child), self.fresh(), _KINDS[node.op.name], i.payload[1]
-        rows = [(ACC, acc, value, kind, 0, 0)]
         home.lines.append((ACCINIT, acc, kind, 0, 0, 0))
-        if home.parent is None:  # at the top level: a nest, one iteration per lane, then across lanes
-            home.lines.append(("nest", size, [(FLAT, child.loops[i], 1, size, 0, 0), *child.lines, *rows]))
-            home.names[node] = self.fresh()
-            home.lines.append((HRED, home.names[node], acc, kind, 0, 0))
+        home.names[node] = acc
+        if home.parent is None:  # at the top level: a nest, one iteration per lane, folded in order
+            home.lines.append(("nest", size, [(FLAT, child.loops[i], 1, size, 0, 0), *child.lines,
+                                              (FOLD, acc, value, kind, 0, 0)]))
         else:
             self.slots += 1
             home.lines.append(("loop", self.slots, size, [(COUNTER, child.loops[i], self.slots, 0, 0, 0),
-                                                          *child.lines, *rows]))
-            home.names[node] = acc
+                                                          *child.lines, (ACC, acc, value, kind, 0, 0)]))
 
 
 def _square(d: int, a: int, emitter: _Lanes) -> list:
@@ -307,8 +322,9 @@ def _cube(d: int, a: int, emitter: _Lanes) -> list:
     return [(OPS["mul"].code, t, a, a, 0, 0), (OPS["mul"].code, d, t, a, 0, 0)]
 
 
-# Small constant powers as products, as the compiled code's x**2.0 becomes (a pow call costs 20x a mul).
+# Small constant powers as products (a pow call costs 20x a mul), as the compiled loops compute them.
 _POWERS = {2.0: _square, 3.0: _cube, 0.5: lambda d, a, emitter: [(OPS["sqrt"].code, d, a, 0, 0, 0)]}
+assert _POWERS.keys() == loops.POWERS.keys()
 
 
 def lower(program: loops.LoopProgram) -> dict:
@@ -323,7 +339,7 @@ def lower(program: loops.LoopProgram) -> dict:
     outputs, products = loops._plan(outputs)
     order = topo_order(outputs)
     slots, out_offsets, _ = loops._slots(outputs)
-    lowering, top = _Lowering(buffers, scalars, out_offsets), loops._Region(None, frozenset(), {})
+    lowering, top = _Lowering(buffers, scalars, out_offsets, program.library), loops._Region(None, frozenset(), {})
     lowering.arrays(outputs, order, products, top)
     emitter = lowering.emitter
     zero = emitter.value(loops._ZERO, top)
@@ -346,8 +362,8 @@ class _Lowering:
     """The rows filling a program's arrays, each in its buffer ((memory, offset)), and a scan's
     step inside a loop over the steps."""
 
-    def __init__(self, buffers: dict, scalars: dict, out_offsets: dict) -> None:
-        self.emitter, self.buffers, self.out_offsets = _Lanes(buffers, scalars), buffers, out_offsets
+    def __init__(self, buffers: dict, scalars: dict, out_offsets: dict, library: frozenset) -> None:
+        self.emitter, self.buffers, self.out_offsets = _Lanes(buffers, scalars, library), buffers, out_offsets
         self.ints: list[int] = []
         self.tables: list[float] = []
         self.work = 0  # floats of workspace taken so far
@@ -448,7 +464,6 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
     flat = region.loops[indices[0]] if len(indices) == 1 else emitter.fresh()  # the position in the nest
     if len(indices) > 1:
         rows.append((FLAT, flat, 1, math.prod(sizes), 0, 0))
-    after = []
     for node in group + riding:
         k = node.payload[1] if node.op.name == "scatter" else 0
         own = node.args[1 + k:]
@@ -457,9 +472,8 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
         if node.op.name in _KINDS:
             acc, kind = emitter.fresh(), _KINDS[node.op.name]
             top.lines.append((ACCINIT, acc, kind, 0, 0, 0))
-            region.lines.append((ACC, acc, value, kind, 0, 0))
-            top.names[node] = emitter.fresh()
-            after.append((HRED, top.names[node], acc, kind, 0, 0))
+            region.lines.append((FOLD, acc, value, kind, 0, 0))
+            top.names[node] = acc
         elif node.op.name == "tensor":
             region.lines.append((STORE, value, *emitter.buffers[node][:1], flat, emitter.buffers[node][1], 0))
         else:
@@ -468,7 +482,6 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
             memory, offset = emitter.buffers[node]
             region.lines.append((ADDTO, value, memory, at, offset, 0))
     top.lines.append(("nest", math.prod(sizes), rows + region.lines))
-    top.lines += after
 
 
 def _dot_operands(node: Expr, buffers: dict) -> list[int]:

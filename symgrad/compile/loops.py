@@ -49,6 +49,8 @@ _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})"
                 "mod": "({0} % {1})", "floor_divide": "({0} // {1})", "as_index": "fastmath.as_index({0}, {1})"}
 _COMBINE = {"sum": "{0} + {1}", "max": OPS["maximum"].numba, "min": OPS["minimum"].numba}
 _START = {"sum": "0.0", "max": "-math.inf", "min": "math.inf"}
+# Small constant powers as the loop VM computes them (the same bits): products, not a pow call, and sqrt.
+POWERS = {2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}", 0.5: OPS["sqrt"].numba}
 COLUMN_MIN = 8  # sums down columns this long or longer are added row by row (see _by_rows)
 
 
@@ -140,6 +142,8 @@ class _Emitter:
             arr = self.buffers[node.args[0]]
             addresses = [self._clamped(a, n, reg) for a, n in zip(node.args[1:], node.args[0].shape)]
             return f"{arr}[{', '.join(addresses)}]"
+        if name == "pow" and node.args[1].op.name == "const" and node.args[1].payload in POWERS:
+            return POWERS[node.args[1].payload].format(args[0])
         if name == "as_index" or name in _INTEGER_OPS and all(self._integral(a) for a in node.args):
             self.integers.add(node)
             return _INTEGER_OPS[name].format(*(self._address(a, reg) for a in node.args))
@@ -343,6 +347,7 @@ def _copied(emitter: _Emitter, memory: str, start: int | str, source: str, size:
 _LIBRARY_CALL = re.compile(r"(?<![\w.])math\.\w+\(")  # a C library call (not fastmath's)
 _ACCUMULATES = re.compile(r"^\s*a\d+ = ")  # the emitter's reduction accumulators: a loop-carried sum
 _FASTMATH = re.compile(rf"fastmath\.({'|'.join(fastmath.FUNCTIONS)})\(")
+_LIBRARY_NAMES = re.compile(rf"(?<![\w.])math\.({'|'.join(fastmath.FUNCTIONS)})\(")
 
 
 def _library_where_scalar(lines: list[str]) -> list[str]:
@@ -501,7 +506,8 @@ def _operand(f: Expr, axes: tuple) -> Expr:
     """``f`` as a load of an array over ``axes`` (in either order): itself if it is one, else a load
     from the tensor of it (materialised once, so BLAS can read it)."""
     if f.op.name == "load" and f.payload is None and f.args[0].op.name != "table" and \
-            len(f.args) == len(axes) + 1 and set(f.args[1:]) == set(axes) and len(set(f.args[1:])) == len(axes):
+            len(f.args) == len(axes) + 1 and set(f.args[1:]) == set(axes) and len(set(f.args[1:])) == len(axes) \
+            and all(i.payload[1] == n for i, n in zip(f.args[1:], f.args[0].shape)):  # (all of it, not a part)
         return f
     return apply(OPS["load"], (tensor(f, *axes), *axes))
 
@@ -856,6 +862,12 @@ class LoopProgram:
     def key(self) -> str:
         return hashlib.blake2b(self.source.encode(), digest_size=12).hexdigest()
 
+    @functools.cached_property
+    def library(self) -> frozenset[str]:
+        """The fastmath functions the compiled loops call from the C library (see _library_where_scalar):
+        the loop VM calls the same, so both give the same bits."""
+        return frozenset(_LIBRARY_NAMES.findall(self.source))
+
     @property
     def n_ops(self) -> int:
         """The number of arithmetic nodes in the rolled graph (its size, not the arrays')."""
@@ -891,6 +903,39 @@ class LoopProgram:
 
     def __repr__(self) -> str:
         return f"<LoopProgram {len(self.roots)} outputs, x[{len(self.inputs)}], p[{len(self.params)}]>"
+
+    def __reduce__(self) -> tuple:
+        # The graph travels as a sg.dumps document (checked node by node where it lands), never the
+        # generated source or its key: the receiver generates both again, as Program's pickles do.
+        from symgrad.compile.lower import OPS_ID, PICKLE_VERSION
+        from symgrad.expr.serialize import dumps
+
+        roles = (len(self.roots), len(self.inputs.exprs), len(self.params.exprs))
+        graph = dumps([*self.roots, *self.inputs.exprs, *self.params.exprs])
+        return LoopProgram._unpickled, (PICKLE_VERSION, OPS_ID, graph, roles, self.returns_value)
+
+    def __setstate__(self, state: Any) -> None:
+        # Only a forged pickle sets state (ours call _unpickled): one carrying "source" would run it.
+        raise ValueError("this pickled symgrad loop program carries its state (generated source?) instead of its "
+                         "graph: refused; pickle it again with this symgrad")
+
+    @classmethod
+    def _unpickled(cls, version: Any, ops_id: Any, graph: Any, roles: Any, returns_value: Any) -> LoopProgram:
+        """A LoopProgram from a pickle: format and op table checked, the graph loaded by sg.loads (a
+        FormatError for anything sg.dumps does not write), the program made again from it."""
+        from symgrad.compile.lower import OPS_ID, PICKLE_VERSION, _names
+        from symgrad.expr.serialize import loads
+
+        if version != PICKLE_VERSION or ops_id != OPS_ID:
+            raise ValueError(f"this pickled symgrad loop program has format {version!r} and op table {ops_id!r}; "
+                             f"this symgrad reads format {PICKLE_VERSION}, op table {OPS_ID}: compile it again")
+        exprs = loads(graph)
+        if not (isinstance(exprs, list) and isinstance(roles, tuple) and len(roles) == 3
+                and all(type(n) is int and n >= 0 for n in roles) and sum(roles) == len(exprs) and roles[0]
+                and type(returns_value) is bool):
+            raise ValueError("this pickled symgrad loop program is malformed (its roots, inputs and params)")
+        a, b = roles[0], roles[0] + roles[1]
+        return cls.make(exprs[:a], _names(exprs[a:b], "inputs"), _names(exprs[b:], "params"), returns_value)
 
 
 # The batch and sum entries around the loop kernel: sizes checked (a longer vector would be read
