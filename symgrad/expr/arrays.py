@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import linalg
+from symgrad.expr import linalg, ndarrays
 from symgrad.expr.functions import FUNCS, UFUNCS, SymArray, rint, wrap
 from symgrad.expr.node import Expr, TracingError
 
@@ -86,11 +86,24 @@ def _plain(inputs: tuple) -> list:
             np.asarray(a, dtype=object) if isinstance(a, Expr) else a for a in inputs]
 
 
+def _observe(values: Any) -> None:
+    """Note the NumPy arrays among a call's arguments (and in a list or tuple of them): their values
+    go into the traced formulas, so the trace must know if one changes later (ndarrays.observing)."""
+    for v in values:
+        if isinstance(v, list | tuple):
+            _observe([u for u in v if isinstance(u, np.ndarray)])
+        elif isinstance(v, np.ndarray):
+            ndarrays.observe(v)
+
+
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     """``ufunc.method(*inputs, **kwargs)`` with symbolic inputs (NumPy's ``__array_ufunc__``)."""
     name = f"np.{ufunc.__name__}"
+    _observe(inputs)
     out = kwargs.pop("out", None)
     outs = out if isinstance(out, tuple) else (out,) if out is not None else ()
+    if any(isinstance(o, Expr) for o in outs):  # a 0-d temporary of NumPy's own code (np.var of a scalar):
+        outs = ()  # an Expr cannot be written into, and that code uses the returned value
     if any(not (isinstance(o, np.ndarray) and o.dtype == object) for o in outs):
         raise TracingError(f"{name}(..., out=...) cannot store symbolic values in a float array; "
                            "use the returned array instead")
@@ -262,6 +275,7 @@ _OVERRIDES[np.around] = _OVERRIDES[np.round]
 
 def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
     """NumPy's ``__array_function__`` for symbolic arguments."""
+    _observe(args)
     if func in _OVERRIDES:
         return _OVERRIDES[func](*args, **kwargs)
     if func in _NEED_VALUES:

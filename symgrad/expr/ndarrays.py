@@ -12,9 +12,9 @@ rolled form raises :class:`TracingError` naming it (tracing then falls back to o
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,14 +38,15 @@ def is_array(v: Any) -> bool:
 
 class _Captured(threading.local):
     """The constant arrays met while a function is traced: {id: (its node, its values, the array)};
-    the traced arrays that hold integers (arguments of an integer dtype: they may index)."""
+    the traced arrays that hold integers (arguments of an integer dtype: they may index); every
+    NumPy array that met a traced value, {id: (the array, a float64 copy or None)}."""
 
     arrays: dict | None = None
     integers: frozenset = frozenset()
+    seen: dict | None = None
 
 
 _captured = _Captured()
-_names = itertools.count(1)
 
 
 @contextmanager
@@ -71,6 +72,40 @@ def capturing() -> Iterator[dict]:
     finally:
         found.update((node, values) for node, values, _ in _captured.arrays.values())
         _captured.arrays = None
+
+
+@contextmanager
+def observing() -> Iterator[list]:
+    """While tracing: every NumPy array of numbers that meets a traced value (rolled or element by
+    element), listed as (a weak reference to it, a copy of it or None) when the block ends, for the
+    caller to check later whether it changed in place (its values are in the traced formulas). Weak:
+    a temporary made inside the traced function is gone by then, and nothing can change it. Nested
+    uses share the outermost list.
+
+    >>> import numpy as np, symgrad as sg
+    >>> a = np.array([2.0, 3.0])
+    >>> with capturing(), observing() as met:
+    ...     y = sg.array("x", 2) * a + np.ones(2)
+    >>> [ref() is a for ref, _ in met]
+    [True, False]
+    """
+    if _captured.seen is not None:
+        yield []
+        return
+    _captured.seen = {}
+    met: list = []
+    try:
+        yield met
+    finally:
+        met.extend((weakref.ref(a), snapshot) for a, snapshot in _captured.seen.values())
+        _captured.seen = None
+
+
+def observe(a: Any) -> None:
+    """Note a NumPy array met while tracing (see :func:`observing`); anything else is ignored."""
+    seen = _captured.seen
+    if seen is not None and type(a) is np.ndarray and a.dtype.kind in "biuf" and id(a) not in seen:
+        seen[id(a)] = (a, None)
 
 
 @contextmanager
@@ -123,10 +158,14 @@ def operand(a: Any) -> Any:
     key = id(a)
     if key not in _captured.arrays:
         values = np.array(a, dtype=np.float64)  # a copy: the values when traced, as JAX captures them
-        node = rolled.array(f"const#{next(_names)}", a.shape)
+        # Numbered within the trace: tracing again after a captured value changed gives the same
+        # formulas, so the compiled kernel is found again (the values are parameters, not in them).
+        node = rolled.array(f"const#{len(_captured.arrays) + 1}", a.shape)
         # The array itself is held until the trace ends: a temporary freed meanwhile would let a
         # later array take its id and be read as this one.
         _captured.arrays[key] = (node, values, a)
+        if _captured.seen is not None:  # (its copy doubles as the snapshot a later change is checked against)
+            _captured.seen[key] = (a, values if a.dtype == values.dtype else None)
     return _captured.arrays[key][0]
 
 
