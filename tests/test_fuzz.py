@@ -1,0 +1,176 @@
+"""The differential fuzzer (symgrad/fuzz.py): its generator and minimiser (on planted bugs), and fixed-budget
+runs that must find no disagreement between NumPy, the interpreter, the element trace, finite differences,
+the loop VM and (sparingly) the Numba loops.
+
+The fixed-budget runs are real bug hunts: while a backend computes silently wrong values they fail, listing
+each disagreement with its minimised program (a script to paste)."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad import fuzz, trace
+
+
+def _report(found: list) -> str:
+    return f"{len(found)} disagreements:\n\n" + "\n\n".join(str(d) for d in found)
+
+
+def _python(program, f, inputs):
+    """value_and_grad on the interpreter (what a planted bug starts from)."""
+    return fuzz._vg(program, f, inputs, "python")
+
+
+def _program(source: str, shapes=((64,),), argnums=(0,), seed=3) -> fuzz.Program:
+    return fuzz.Program(source, tuple(shapes), tuple(argnums), seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# The generator
+
+
+def test_generated_programs_are_deterministic_valid_and_varied():
+    programs = [fuzz.generate(s) for s in range(150)]
+    assert [p.source for p in programs[:20]] == [fuzz.generate(s).source for s in range(20)]
+    for p in programs[:40]:
+        value = p.function()(*p.inputs())
+        assert np.ndim(value) == 0 and np.isfinite(value)
+        assert p.source.startswith("def f(") and "    return np.sum(" in p.source
+    text = "\n".join(p.source for p in programs)
+    for construct in ("sg.scan", "reverse=True", "length=", "np.cumsum", " @ ", "np.einsum", "permutation",
+                      "integers(0", "// 2", " % ", "[::-1]", "[::2]", "np.minimum", "np.maximum", "np.clip",
+                      "np.where", "keepdims=True", "reshape", "np.concatenate", "np.stack", "axis=", ".T",
+                      "np.tanh", "np.log(1.0 + ", "sg.grad(", "sg.vmap(", "np.outer", "h, s = carry"):
+        assert construct in text, construct
+    sizes = {n for p in programs for s in p.shapes for n in [int(np.prod(s))]}
+    assert any(n < trace.ROLLED_MIN for n in sizes) and any(n >= trace.ROLLED_MIN for n in sizes)
+    assert any(len(p.shapes) == 2 and p.argnums == (0, 1) for p in programs)
+    assert any(len(p.shapes) == 2 and p.argnums == (0,) for p in programs)
+
+
+def test_a_program_prints_as_a_script_that_runs():
+    p = _program("def f(x, w):\n    return np.sum(np.sin(x) * w[::-1])\n", ((64,), (64,)), (0, 1))
+    printed = []
+    namespace: dict = {"print": lambda *a: printed.append(a)}
+    exec(p.snippet("vm"), namespace)
+    (value, (reference, _)), ((vm_value, _),) = printed
+    assert value == pytest.approx(reference) == pytest.approx(vm_value)
+    assert namespace["x"].shape == (64,) and "backend='vm'" in p.snippet("vm")
+    assert "trace.ROLLED_MIN = 10**9" in p.snippet("element")
+    assert "sg.hvp(f, argnums=0, backend='numba')" in p.snippet("hvp:numba")
+
+
+def test_element_trace_is_forced_and_restored():
+    f = sg.value_and_grad(lambda x: np.sum(x ** 2), backend="python")
+    with fuzz.element_trace():
+        assert not f.trace(np.ones(100)).indexed
+    assert trace.ROLLED_MIN == 64
+    assert sg.value_and_grad(lambda x: np.sum(x ** 2), backend="python").trace(np.ones(100)).indexed
+
+
+def test_a_correct_program_has_no_disagreement_and_a_wrong_one_does():
+    p = _program("def f(x):\n    v1 = np.tanh(x[::-1])\n    return np.sum(v1 * x)\n")
+    assert fuzz.check(p, extras=fuzz.EXTRAS) == ([], "ok")
+
+    def wrong_gradient(program, f, inputs):
+        value, grads, rolled, _ = _python(program, f, inputs)
+        grads[0][5] += 1.0
+        return value, grads, rolled, "vm"
+
+    found, _ = fuzz.check(p, runners={"vm": wrong_gradient})
+    assert [d.key for d in found] == [("vm", "d/dx", "wrong")] and "at (5,)" in found[0].detail
+
+
+# ----------------------------------------------------------------------------------------------
+# The minimiser, on planted bugs
+
+
+def _wrong_with(construct: str):
+    """A fake backend: the interpreter, except a value twice too large where the program contains ``construct``."""
+    def runner(program, f, inputs):
+        value, grads, rolled, _ = _python(program, f, inputs)
+        return (2 * value if construct in program.source else value), grads, rolled, "vm"
+    return runner
+
+
+def test_minimiser_shrinks_a_planted_bug_to_its_construct():
+    runners = {"vm": _wrong_with("np.minimum")}
+    p = _program("def f(x, w):\n"
+                 "    t1 = np.random.default_rng(4).permutation(x.shape[0])\n"
+                 "    v2 = np.tanh(x[t1]) * w[::-1]\n"
+                 "    v3 = np.cumsum(v2)\n"
+                 "    v4 = np.minimum(v3, 0.5) + np.sin(x)\n"
+                 "    v5 = v4.reshape(8, -1) @ w[:16]\n"
+                 "    return np.sum(v5 ** 2)\n", ((128,), (128,)), (0, 1))
+    found, status = fuzz.check(p, runners=runners)
+    assert status == "ok" and [d.key for d in found] == [("vm", "value", "wrong")]
+    small = fuzz.minimise(found[0], runners=runners, seconds=60)
+    assert small.key == found[0].key and small.original is p
+    assert "np.minimum" in small.program.source
+    assert small.program.source.count("\n") <= 3, small.program.source  # def, maybe one line, return
+    assert small.program.shapes[0] == (64,) and len(small.program.argnums) == 1
+    assert len(small.program.source) < len(p.source) / 3
+
+
+def test_minimiser_keeps_the_kind_of_an_error():
+    def fails_on_scans(program, f, inputs):
+        if "sg.scan" in program.source:
+            raise RuntimeError("planted")
+        return _python(program, f, inputs)
+
+    runners = {"vm": fails_on_scans}
+    p = _program("def f(x):\n"
+                 "    v1 = np.sin(x) * 2.0\n"
+                 "    def step(h, r):\n"
+                 "        h = np.tanh(h * 0.5 + r)\n"
+                 "        return h, np.sum(h * h)\n"
+                 "    v2, v3 = sg.scan(step, np.zeros(4), v1.reshape(16, -1), reverse=True)\n"
+                 "    return np.sum(v3) + np.sum(v2)\n")
+    found, _ = fuzz.check(p, runners=runners)
+    assert [d.key for d in found] == [("vm", "value", "error")] and "planted" in found[0].detail
+    small = fuzz.minimise(found[0], runners=runners, seconds=60)
+    assert "sg.scan" in small.program.source and small.key == ("vm", "value", "error")
+    assert len(small.program.source) < len(p.source)
+    assert "reverse=True" not in small.program.source and "np.tanh" not in small.program.source
+
+
+def test_run_reports_minimised_planted_disagreements(monkeypatch):
+    real = fuzz._vg
+
+    def planted(program, f, inputs, backend):
+        value, grads, rolled, actual = real(program, f, inputs, backend)
+        if backend == "vm" and "np.cumsum" in program.source:
+            grads = [g * 1.5 for g in grads]
+        return value, grads, rolled, actual
+
+    monkeypatch.setattr(fuzz, "_vg", planted)
+    stats: dict = {}
+    found = fuzz.run(programs=40, seed=5, backends="python,vm", extras_every=0, element_every=0,
+                     minimise_seconds=120, stats=stats)
+    assert found and stats["programs"] == 40 and stats["disagreements"] == len(found)
+    assert all(d.probe == "vm" and d.quantity.startswith("d/d") for d in found), _report(found)
+    small = all("np.cumsum" in d.program.source and d.program.source.count("\n") <= 4 for d in found)
+    assert small, _report(found)
+    assert fuzz.main(["--programs", "25", "--seed", "5", "--extras-every", "0", "--element-every", "0",
+                      "--no-minimise", "--quiet"]) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The bug hunts: fixed budgets, deterministic seeds; these must find nothing
+
+
+def test_fuzz_interpreter_element_trace_and_loop_vm():
+    """150 programs: NumPy, finite differences, the element trace, the loop VM, every 4th an extra transform."""
+    stats: dict = {}
+    found = fuzz.run(programs=150, seed=2024, backends=("python", "vm"), extras_every=4, element_every=2,
+                     minimise_seconds=15, stats=stats)
+    assert stats["programs"] == 150 and stats.get("ok", 0) > 100, stats
+    assert not found, _report(found)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fuzz_numba_loops(seed):
+    """A few programs on the generated Numba loops (each compiles 0.5 s or more)."""
+    found = fuzz.run(programs=3, seed=seed, backends=("python", "numba"), extras_every=0, element_every=0,
+                     minimise_seconds=0)
+    assert not found, _report(found)
