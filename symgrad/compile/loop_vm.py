@@ -1,6 +1,6 @@
 """The loop VM: one pre-compiled Numba interpreter that runs any LoopProgram, ready at once.
 
-The same plan as the loop compiler (``loops._plan``, ``loops._schedule``) is lowered to rows of
+The same schedule as the loop compiler's (``schedule.schedule``) is lowered to rows of
 instructions instead of source text. Registers hold ``BLOCK`` lanes each. A loop nest filling an
 array (or a reduction at the top level) is a *nest*: its iterations, flattened in C order, run
 ``BLOCK`` at a time, one per lane, so each instruction's dispatch is paid once per block; an
@@ -24,11 +24,11 @@ from numba import types
 
 from symgrad.compile import cache, fastmath, loops, vm
 from symgrad.compile.backends import SIGNATURES, Kernels
+from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import const
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import fresh_index, substitute_indices, value_range
-from symgrad.expr.traverse import topo_order
 
 BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noise (measured)
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
@@ -336,14 +336,14 @@ def lower(program: loops.LoopProgram) -> dict:
     for memory, layout in ((X, program.inputs), (P, program.params)):
         for v, start, _ in layout.blocks():
             (buffers if v.op.name == "array" else scalars)[v] = (memory, start)
-    outputs, products = loops._plan(outputs)
-    order = topo_order(outputs)
-    slots, out_offsets, _ = loops._slots(outputs)
+    planned = schedule(outputs)
+    outputs = planned.outputs
+    places, out_offsets, _ = slots(outputs)
     lowering, top = _Lowering(buffers, scalars, out_offsets, program.library), loops._Region(None, frozenset(), {})
-    lowering.arrays(outputs, order, products, top)
+    lowering.arrays(planned, top)
     emitter = lowering.emitter
     zero = emitter.value(loops._ZERO, top)
-    for r, start in slots:
+    for r, start in places:
         size = math.prod(r.shape) if r.op.array_valued else 1
         if not r.op.array_valued:
             top.lines.append((STORE, emitter.value(r, top), OUT, zero, start, 0))
@@ -372,55 +372,45 @@ class _Lowering:
         self.work += size
         return WORK, self.work - size
 
-    def place(self, node: Expr, into: Expr | None = None) -> None:
-        if into is not None:
-            self.buffers[node] = self.buffers[into]
-        elif node in self.out_offsets:
-            self.buffers[node] = (OUT, self.out_offsets[node])
-        else:
-            self.buffers[node] = self.take(math.prod(node.shape))
+    def place(self, node: Expr, sched: Schedule) -> None:
+        """The buffer of the array ``node``: its owner's (schedule.home), its part of ``out``, or of the
+        workspace."""
+        owner = sched.owner(node)
+        if owner not in self.buffers:
+            self.buffers[owner] = (OUT, self.out_offsets[owner]) if owner in self.out_offsets else \
+                self.take(math.prod(owner.shape))
+        self.buffers[node] = self.buffers[owner]
 
-    def arrays(self, outputs: list[Expr], order: list[Expr], products: set, top: loops._Region) -> None:
-        """The rows filling the arrays of ``order`` (planned; ``products`` its BLAS products)."""
+    def arrays(self, sched: Schedule, top: loops._Region) -> None:
+        """The rows of the steps of ``sched``, filling its arrays."""
         buffers, emitter, ints = self.buffers, self.emitter, self.ints
-        for t in (n for n in order if n.op.name == "table" and n not in buffers):
+        for t in (n for n in sched.order if n.op.name == "table" and n not in buffers):
             buffers[t] = (TABLES, len(self.tables))
             self.tables += map(float, t.payload[1])
-        riders, place = loops._riders(order), self.place
-        for kind, nodes in loops._schedule(order, products, outputs):
-            if kind == "product":
-                place(nodes[0])
-                ints += _dot_operands(nodes[0], buffers)
+        along = riders(sched.order)
+        for step in sched.steps:
+            if step.kind == "scan":
+                self.scan(step, top)
+                continue
+            node = step.nodes[0]
+            for n in step.nodes:
+                self.place(n, sched)
+            if step.kind == "dot":
+                ints += _dot_operands(node, buffers)
                 top.lines.append((DOT, 0, len(ints) - 15, 0, 0, 0))
-            elif kind == "cumsum":
-                place(nodes[0])
-                ints += _scan_operands(nodes[0], buffers)
+            elif step.kind == "running":
+                ints += _scan_operands(node, buffers)
                 top.lines.append((SCAN, 0, len(ints) - 8, 0, 0, 0))
-            elif kind == "scan":
-                self.scan(nodes[0], top)
-            elif kind == "accumulate":
-                total, rest, scatters = nodes[0], nodes[1], nodes[2:]
-                place(total)
-                if rest is None:
-                    top.lines.append((ZERO, 0, *buffers[total], math.prod(total.shape), 0))
-                else:
-                    place(rest, into=total)
-                    _nest([rest], emitter, top, riders)
-                for nest in loops._nests(scatters):
-                    for sc in nest:
-                        place(sc, into=total)
-                    _nest(nest, emitter, top, riders)
-            else:
-                for node in nodes:
-                    place(node)
-                if kind == "scatter":
-                    top.lines.append((ZERO, 0, *buffers[nodes[0]], math.prod(nodes[0].shape), 0))
-                _nest(nodes, emitter, top, riders)
+            elif step.kind == "zero":
+                top.lines.append((ZERO, 0, *buffers[node], math.prod(node.shape), 0))
+            else:  # fill, add
+                _nest(list(step.nodes), emitter, top, along)
 
-    def scan(self, node: Expr, top: loops._Region) -> None:
+    def scan(self, scan_step: Step, top: loops._Region) -> None:
         """A loop over the steps: the carry before and each stacked input's row copied into the
         step's buffers, the step's rows, the carry after copied into its row (rows 1..n of the
         carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one)."""
+        node, inner = scan_step.nodes[0], scan_step.inner
         length, reverse, step = node.payload
         init, stacks, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
         size, buffers = math.prod(init.shape), self.buffers
@@ -444,10 +434,9 @@ class _Lowering:
             buffers[placeholder] = self.take(math.prod(placeholder.shape))
             row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
         buffers.update(zip(step.consts, (buffers[a] for a in consts)))
-        outputs, products = loops._plan([step.body])
-        self.arrays(outputs, topo_order(outputs), products, body)
+        self.arrays(inner, body)
         after, stride = step_row((WORK, w if reverse else w + size), size)
-        row(buffers[outputs[0]], 0, after, stride, size)
+        row(buffers[inner.outputs[0]], 0, after, stride, size)
         top.lines.append(("loop", counter, length, body.lines))
 
 
@@ -458,13 +447,13 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
     k = first.payload[1] if first.op.name == "scatter" else 0
     indices = tuple(fresh_index(i) for i in first.args[1 + k:])
     sizes = [i.payload[1] for i in indices]
-    riding = loops._riding(riders, tuple(sizes))
+    joining = riding(riders, tuple(sizes))
     region = loops._Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})
     rows = [(FLAT, region.loops[i], math.prod(sizes[n + 1:]), sizes[n], 0, 0) for n, i in enumerate(indices)]
     flat = region.loops[indices[0]] if len(indices) == 1 else emitter.fresh()  # the position in the nest
     if len(indices) > 1:
         rows.append((FLAT, flat, 1, math.prod(sizes), 0, 0))
-    for node in group + riding:
+    for node in group + joining:
         k = node.payload[1] if node.op.name == "scatter" else 0
         own = node.args[1 + k:]
         body = substitute_indices(node.args[0], dict(zip(own, indices)))

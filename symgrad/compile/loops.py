@@ -25,22 +25,18 @@ import numpy as np
 from symgrad.compile import cache, fastmath
 from symgrad.compile.backends import SIGNATURES, Kernels
 from symgrad.compile.numba_backend import _literal
-from symgrad.expr.build import apply
+from symgrad.compile.plan import REDUCTIONS
+from symgrad.compile.schedule import Schedule, Step, ranges, riders, riding, schedule, slots
 from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import (
     affine,
-    by_name,
-    costly,
     fresh_index,
     index,
-    reduce,
-    scatter,
     shape_of,
     substitute_indices,
-    tensor,
     value_range,
 )
 from symgrad.expr.traverse import topo_order
@@ -51,9 +47,6 @@ _COMBINE = {"sum": "{0} + {1}", "max": OPS["maximum"].numba, "min": OPS["minimum
 _START = {"sum": "0.0", "max": "-math.inf", "min": "math.inf"}
 # Small constant powers as the loop VM computes them (the same bits): products, not a pow call, and sqrt.
 POWERS = {2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}", 0.5: OPS["sqrt"].numba}
-COLUMN_MIN = 8  # sums down columns this long or longer are added row by row (see _by_rows)
-
-
 class _Region:
     """A loop body (or the kernel's top level): the indices bound there, its lines, its names."""
 
@@ -197,7 +190,7 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
         a5 = 0.0
         for i2 in range(3):
             v3 = b1[i2]
-            v4 = v3 ** 2.0
+            v4 = v3 * v3
             a5 = a5 + v4
         return a5
     """
@@ -217,16 +210,16 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
                 lines.append(f"{buffers[v]} = {vector}[{start}:{start + size}].reshape({v.shape!r})")
             else:
                 scalars[v] = f"{vector}[{start}]"
-    outputs, products = _plan(outputs)
-    order = topo_order(outputs)
-    missing = sorted(str(n) for n in order if n.op.name in ("var", "array") and n not in scalars | buffers)
+    planned = schedule(outputs)
+    outputs = planned.outputs
+    missing = sorted(str(n) for n in planned.order if n.op.name in ("var", "array") and n not in scalars | buffers)
     if missing:
         raise ValueError(f"compiling: the outputs depend on {missing[:5]}, which are not among the inputs")
-    slots, out_offsets, offset = _slots(outputs)
+    places, out_offsets, offset = slots(outputs)
     top = _Region(None, frozenset(), {})
     filler = _Filler(emitter, head, out_offsets)
-    filler.arrays(outputs, order, products, top)
-    for r, start in slots:
+    filler.arrays(planned, top)
+    for r, start in places:
         if not r.op.array_valued:
             top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
         elif r.op.name in ("array", "scan"):  # an input as it is (the gradient of a linear function)
@@ -258,62 +251,46 @@ class _Filler:
         self.work += size
         return f"work[{self.work - size}:{self.work}]"
 
-    def place(self, node: Expr, top: _Region, homes: dict) -> None:
-        """A buffer for the array ``node``: its home (a scan's row), its slice of ``out``, or of the workspace."""
-        self.buffers[node] = self.emitter.fresh("t")
-        size, start = math.prod(node.shape), self.out_offsets.get(node)
-        where = homes.get(node) or (self.take(size) + f".reshape({node.shape!r})" if start is None else
-                                    f"out[{start}:{start + size}].reshape({node.shape!r})")
-        top.lines.append(f"{self.buffers[node]} = {where}")
+    def place(self, node: Expr, sched: Schedule, top: _Region, homes: dict) -> None:
+        """The buffer of the array ``node``: its owner's (schedule.home), a scan's row (``homes``), its
+        slice of ``out``, or of the workspace."""
+        owner = sched.owner(node)
+        if owner not in self.buffers:
+            self.buffers[owner] = self.emitter.fresh("t")
+            size, start = math.prod(owner.shape), self.out_offsets.get(owner)
+            where = homes.get(owner) or (self.take(size) + f".reshape({owner.shape!r})" if start is None else
+                                         f"out[{start}:{start + size}].reshape({owner.shape!r})")
+            top.lines.append(f"{self.buffers[owner]} = {where}")
+        self.buffers[node] = self.buffers[owner]
 
-    def arrays(self, outputs: list[Expr], order: list[Expr], products: set, top: _Region,
-               homes: dict | None = None) -> None:
-        """The loops filling the arrays of ``order`` (``outputs`` planned, ``products`` their BLAS products)."""
+    def arrays(self, sched: Schedule, top: _Region, homes: dict | None = None) -> None:
+        """The loops of the steps of ``sched``, filling its arrays."""
         buffers, emitter, homes = self.buffers, self.emitter, homes or {}
-        for t in (n for n in order if n.op.name == "table" and n not in buffers):
+        for t in (n for n in sched.order if n.op.name == "table" and n not in buffers):
             buffers[t] = f"TABLE{len(self.head)}"
             self.head.append(f"{buffers[t]} = np.array({list(t.payload[1])}, dtype=np.int64).reshape("
                              f"{tuple(t.payload[0])!r})")
-        riders = _riders(order)
-
-        def loop(nest: list[Expr]) -> None:
-            _materialise(nest + _riding(riders, _ranges(nest[0])), buffers, emitter, top)
-
-        units = _schedule(order, products, outputs)
-        fused = _fused(order, outputs, units)
-        for kind, nodes in units:
-            if kind == "tensors":
-                nodes = [n for n in nodes if n not in fused]
-                if not nodes:
-                    continue
-            if kind == "scan":
-                self.scan(nodes[0], top)
+        ride = riders(sched.order)
+        for step in sched.steps:
+            nodes = [n for n in step.nodes if n not in sched.fused]  # (computed in the running sums' loop)
+            if step.kind == "scan":
+                self.scan(step, top)
                 continue
-            for node in nodes[:1] if kind == "accumulate" else nodes:
-                self.place(node, top, homes)
-            if kind == "product":
+            for node in nodes:
+                self.place(node, sched, top, homes)
+            if step.kind == "dot":
                 top.lines.append(_dot(nodes[0], buffers))
-            elif kind == "cumsum":
-                _running(nodes[0], buffers, emitter, top, fused)
-            elif kind == "tensors":
-                loop(nodes)
-            elif kind == "scatter":
+            elif step.kind == "running":
+                _running(nodes[0], buffers, emitter, top, sched.fused)
+            elif step.kind == "zero":
                 top.lines.append(f"{buffers[nodes[0]]}[...] = 0.0")
-                loop(nodes)
-            else:  # a tensor whose body adds scatters: the rest first, then each scatter adds in place
-                total, rest, scatters = nodes[0], nodes[1], nodes[2:]
-                if rest is None:
-                    top.lines.append(f"{buffers[total]}[...] = 0.0")
-                else:
-                    buffers[rest] = buffers[total]
-                    loop([rest])
-                for nest in _nests(scatters):
-                    buffers.update((sc, buffers[total]) for sc in nest)
-                    loop(nest)
+            elif nodes:  # fill, add
+                _materialise(nodes + riding(ride, ranges(nodes[0])), buffers, emitter, top)
 
-    def scan(self, node: Expr, top: _Region) -> None:
+    def scan(self, scan_step: Step, top: _Region) -> None:
         """A loop over the steps around the step's loops: row 0 of the carries holds the initial one
         (row n reversed), the step reads the row before and writes the next (rows views)."""
+        node, inner = scan_step.nodes[0], scan_step.inner
         length, reverse, step = node.payload
         init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
         size, emitter, buffers = math.prod(init.shape), self.emitter, self.buffers
@@ -328,10 +305,10 @@ class _Filler:
             buffers[placeholder] = emitter.fresh("b")
             body.lines.append(f"{buffers[placeholder]} = {source}")
         buffers.update(zip(step.consts, (buffers[a] for a in consts)))
-        outputs, products = _plan([step.body])
-        self.arrays(outputs, topo_order(outputs), products, body, {outputs[0]: f"{full}[{after}]"})
-        if outputs[0].op.name in ("array", "table"):  # planned away (a copy of a row or of the carry)
-            body.lines += _copied(emitter, "work", f"{at} + ({after}) * {size}", buffers[outputs[0]], size)
+        result = inner.outputs[0]
+        self.arrays(inner, body, {result: f"{full}[{after}]"})
+        if result.op.name in ("array", "table"):  # planned away (a copy of a row or of the carry)
+            body.lines += _copied(emitter, "work", f"{at} + ({after}) * {size}", buffers[result], size)
         top.lines.append(f"for {t} in range({length - 1}, -1, -1):" if reverse else f"for {t} in range({length}):")
         top.lines += ["    " + line for line in body.lines]
 
@@ -375,141 +352,6 @@ def _library_where_scalar(lines: list[str]) -> list[str]:
         return lines
     switch = re.compile(rf"fastmath\.({'|'.join(sorted(library))})\(")
     return [switch.sub(r"math.\1(", line) for line in lines]
-
-
-BLAS_MIN = 4096  # multiply-adds from which a contraction calls BLAS (a call costs about a microsecond)
-
-
-def _plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
-    """The outputs rewritten for loops, and the tensors that are matrix products.
-
-    A transcendental value inside nested loops that two expressions use is materialised (a
-    softmax's exponentials, otherwise computed again in each loop that reads them). A large enough
-    contraction ``sum(a*b, c)`` over one or two other indices becomes a product computed by BLAS
-    (``np.dot``), its operands materialised unless they are arrays read as they are (or
-    transposed). An expression that is the whole body of a tensor is read from the tensor
-    wherever else it occurs, not computed again (the derivative of ``tanh(u)`` at every element
-    uses ``tanh(u)``, which the forward tensor holds)."""
-    order = topo_order(outputs)
-    users: dict[Expr, int] = {}
-    for node in order:
-        for a in set(node.args):
-            users[a] = users.get(a, 0) + 1
-    axes = _axes(order)
-    shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and costly(n) and not _address(n)}
-    outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, axes(node)) if node in shared else None)
-    order = topo_order(outputs)
-    axes, bodies, products = _axes(order), _bodies(order), set()
-
-    def contract(node: Expr, new: Expr) -> Expr | None:
-        product = _product(new, bodies[node].args[1:] if node in bodies else axes(node)) \
-            if new.op.name == "sum" else None
-        if product is not None:
-            products.add(product)
-            return apply(OPS["load"], (product, *product.args[1:]))
-        return _materialised(new, bodies[node].args[1:]) if node in bodies else None
-
-    outputs, _ = _rewrite(outputs, contract)
-    bodies = _bodies(topo_order(outputs))  # the operands' tensors made for BLAS, read elsewhere too
-    outputs, renamed = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
-                                if node in bodies else None)
-    products = {renamed.get(p, p) for p in products}
-    outputs, renamed = _rewrite(outputs, lambda node, new: None if new in products else _by_rows(new))
-    return outputs, {renamed.get(p, p) for p in products}
-
-
-def _address(n: Expr) -> bool:
-    """Whether ``n`` is index arithmetic (``(6*j + k) % 6``: loads' addresses read it, never an array)."""
-    try:
-        value_range(n)
-    except TypeError:
-        return False
-    return True
-
-
-def _by_rows(t: Expr) -> Expr | None:
-    """A tensor of sums down columns, ``t[j] = sum(A[i, j], i)``, as a scatter adding row after row
-    (``t[j] += A[i, j]``, j innermost), or None: summed down a column, each element waits on the
-    addition before (a chain of ``COLUMN_MIN`` or more), across a row they are independent and
-    contiguous. Each element adds the same terms in the same order. Not where a load reads along
-    ``i`` as its last axis and varies over ``j`` too (a row sum: contiguous already); a load
-    over ``i`` alone is one value per row."""
-    if t.op.name != "tensor" or t.args[0].op.name != "sum":
-        return None
-    (body, i), js = t.args[0].args, t.args[1:]
-    if i.payload[1] < COLUMN_MIN or any(n.op.name in _START for n in _body(t.args[0])):
-        return None
-    loads = [n for n in _body(t.args[0]) if n.op.name == "load" and n.args[0].op.name != "table"]
-    if any(i in n.args[-1].free and not n.free.isdisjoint(js) for n in loads) or not any(
-            js[-1] in n.args[-1].free and any(i in a.free for a in n.args[1:-1]) for n in loads):
-        return None
-    return scatter(body, js, (i, *js), t.shape)
-
-
-def _rewrite(outputs: list[Expr], replace: Callable) -> tuple[list[Expr], dict]:
-    """The graph rebuilt bottom up, ``replace(node, node rebuilt)`` giving what its users read
-    instead (or None: the rebuilt node); and the map from old nodes to new."""
-    new: dict[Expr, Expr] = {}
-    for node in topo_order(outputs):
-        args = tuple(new.get(a, a) for a in node.args)
-        if any(a is not b for a, b in zip(args, node.args)):  # (a tensor of a load of a tensor is that tensor)
-            new[node] = tensor(*args) if node.op.name == "tensor" else apply(node.op, args, node.payload)
-        out = replace(node, new.get(node, node))
-        if out is not None:
-            new[node] = out
-    return [new.get(r, r) for r in outputs], new
-
-
-def _materialised(e: Expr, axes: tuple) -> Expr:
-    """``e`` read from the tensor of it over ``axes``."""
-    return apply(OPS["load"], (tensor(e, *axes), *axes))
-
-
-def _bodies(order: list[Expr]) -> dict[Expr, Expr]:
-    """Each tensor's body (not a mere load) -> the first tensor over exactly its indices."""
-    bodies: dict[Expr, Expr] = {}
-    for t in order:
-        b = t.args[0] if t.op.name == "tensor" else None
-        if b is not None and b.args and b.op.name != "load" and b.free == set(t.args[1:]):
-            bodies.setdefault(b, t)
-    return bodies
-
-
-def _axes(order: list[Expr]) -> Callable[[Expr], tuple]:
-    """A node's indices in the order of the first tensor around it (else by name): the layout a
-    tensor of it gets, so the tensors around read it in order."""
-    found: dict[Expr, tuple] = {}
-    for t in order:
-        if t.op.name == "tensor":
-            for n in _body(t):
-                if n.free and n.free <= set(t.args[1:]):
-                    found.setdefault(n, tuple(i for i in t.args[1:] if i in n.free))
-    return lambda node: found.get(node) or tuple(by_name(node.free))
-
-
-def _product(s: Expr, axes: tuple) -> Expr | None:
-    """``s`` = sum(a*b, c) as the tensor of a matrix (or matrix-vector) product over ``axes``, or None."""
-    body, c = s.args
-    if body.op.name != "mul" or not 1 <= len(axes) <= 2 or any(c not in f.free for f in body.args):
-        return None
-    factors = sorted(body.args, key=lambda f: next((k for k, i in enumerate(axes) if i in f.free), 2))
-    own = [f.free - {c} for f in factors]
-    if own[0] != {axes[0]} or own[1] != set(axes[1:]):
-        return None
-    if math.prod(i.payload[1] for i in (*axes, c)) < BLAS_MIN:
-        return None
-    operands = [_operand(f, (axes[0], c)) for f in factors[:1]] + [_operand(factors[1], (c, *axes[1:]))]
-    return tensor(reduce("sum", operands[0] * operands[1], c), *axes)
-
-
-def _operand(f: Expr, axes: tuple) -> Expr:
-    """``f`` as a load of an array over ``axes`` (in either order): itself if it is one, else a load
-    from the tensor of it (materialised once, so BLAS can read it)."""
-    if f.op.name == "load" and f.payload is None and f.args[0].op.name != "table" and \
-            len(f.args) == len(axes) + 1 and set(f.args[1:]) == set(axes) and len(set(f.args[1:])) == len(axes) \
-            and all(i.payload[1] == n for i, n in zip(f.args[1:], f.args[0].shape)):  # (all of it, not a part)
-        return f
-    return apply(OPS["load"], (tensor(f, *axes), *axes))
 
 
 def _dot(node: Expr, buffers: dict) -> str:
@@ -558,153 +400,6 @@ def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: 
         top.lines += ["    " * (depth + 1) + line for line in level.lines]
 
 
-def _fused(order: list[Expr], outputs: list[Expr], units: list[tuple[str, list]]) -> set:
-    """Tensors of cheap arithmetic that only running sums read (not outputs): computed in the
-    running sums' loop instead of filling an array first (the compiled loops; the VM fills it).
-    Only tensors filled by a plain nest: one that scatters add into ("accumulate") is its
-    buffer's only complete value."""
-    uses = _uses(order)
-    plain = {n for kind, nodes in units if kind == "tensors" for n in nodes}
-    kept = set(outputs)
-    return {n.args[0] for n in order if n.op.name == "cumsum" and n.args[0] in plain and uses[n.args[0]] == 1
-            and n.args[0] not in kept and not any(costly(m) for m in _body(n.args[0]))}
-
-
-def _uses(order: list[Expr]) -> dict[Expr, int]:
-    """How many times each node is an argument in ``order``."""
-    uses: dict[Expr, int] = {}
-    for node in order:
-        for a in node.args:
-            uses[a] = uses.get(a, 0) + 1
-    return uses
-
-
-def _schedule(order: list[Expr], products: set, kept: Sequence[Expr] = ()) -> list[tuple[str, list]]:
-    """The loop nests filling the arrays, in an order that computes what each reads first.
-
-    "tensors": tensors over the same ranges, one loop nest filling them all (sharing what their
-    bodies share), each placed in the first such nest after those of the arrays it reads;
-    "product": a BLAS product; "scatter": a scatter alone; "accumulate": [a tensor, the tensor of
-    its body's other terms (or None), the scatters its body adds], which add in place: no
-    buffer of their own, and scatters over the same ranges in one loop (a gradient through
-    strided or table addresses is then one pass, as written by hand)."""
-    uses, present, kept = _uses(order), set(order), set(kept)
-    accumulating, hidden = {}, set()
-    for t in order:
-        if t.op.name == "tensor" and t not in products:
-            terms = _terms(t.args[0])
-            added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter"
-                     and m.payload is None and all(a is b for a, b in zip(m.args[1:], t.args[1:]))
-                     and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
-            rest = [m for m in terms if all(m is not a for a in added)]
-            rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
-            if added and rest not in present:  # (else the rest is an array others read: it keeps its buffer)
-                accumulating[t] = [rest, *(m.args[0] for m in added)]
-                hidden.update(m.args[0] for m in added)
-    units: list[tuple[str, list]] = []
-    unit_of: dict[Expr, int] = {}
-    for node in order:
-        if node.op.name not in ("tensor", "scatter", "cumsum", "scan") or node in hidden:
-            continue
-        parts = [node, *(p for p in accumulating.get(node, ()) if p is not None)]
-        after = max((unit_of.get(a, -1) for p in parts for a in _loaded(p)), default=-1)
-        alone = node.op.name != "tensor" or node in products or node in accumulating
-        home = None if alone else next((k for k in range(after + 1, len(units)) if units[k][0] == "tensors"
-                                        and units[k][1][0].shape == node.shape), None)
-        if home is not None:
-            units[home][1].append(node)
-        else:
-            kind = ("product" if node in products else "accumulate" if node in accumulating else
-                    node.op.name if node.op.name in ("scatter", "cumsum", "scan") else "tensors")
-            units.append((kind, [node, *accumulating.get(node, ())]))
-            home = len(units) - 1
-        unit_of[node] = home
-    return units
-
-
-def _terms(e: Expr) -> list[Expr]:
-    """The terms of a sum ``a + b + ...``."""
-    out, stack = [], [e]
-    while stack:
-        node = stack.pop()
-        if node.op.name == "add":
-            stack += node.args
-        else:
-            out.append(node)
-    return out
-
-
-def _sum(terms: list[Expr]) -> Expr:
-    total = terms[0]
-    for t in terms[1:]:
-        total = total + t
-    return total
-
-
-def _nests(scatters: list[Expr]) -> list[list[Expr]]:
-    """Scatters grouped by the ranges they loop over (one loop nest each group)."""
-    nests: dict[tuple, list[Expr]] = {}
-    for sc in scatters:
-        nests.setdefault(_ranges(sc), []).append(sc)
-    return list(nests.values())
-
-
-def _ranges(node: Expr) -> tuple:
-    """The sizes of the loops filling a tensor or scatter (a reduction: of its index)."""
-    k = 0 if node.op.name == "tensor" else node.payload[1] if node.op.name == "scatter" else 0
-    return tuple(i.payload[1] for i in node.args[1 + k:])
-
-
-def _slots(outputs: list[Expr]) -> tuple[list, dict, int]:
-    """Where the outputs after the first go in ``out``: (output, offset) in order (an output may be
-    there twice), each output's first offset, and the size of ``out``."""
-    slots, offset = [], 0
-    for r in outputs[1:]:
-        slots.append((r, offset))
-        offset += math.prod(r.shape) if r.op.array_valued else 1
-    first: dict[Expr, int] = {}
-    for r, start in slots:
-        first.setdefault(r, start)
-    return slots, first, offset
-
-
-def _riding(riders: list[Expr], ranges: tuple) -> list[Expr]:
-    """The riders that join a loop nest over ``ranges`` (one-dimensional, over their index's
-    range), taken off the list."""
-    riding = [r for r in riders if len(ranges) == 1 and r.args[1].payload[1] == ranges[0]]
-    riders[:] = [r for r in riders if all(r is not q for q in riding)]  # (== on Exprs builds nodes)
-    return riding
-
-
-def _riders(order: list[Expr]) -> list[Expr]:
-    """Scalar reductions over plain inputs, which may join a 1-D loop over the same range: the
-    loop computing the adjoints accumulates the value too, sharing what their bodies share."""
-    in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in _body(a)}
-    return [n for n in order if n.op.name in _START and not n.free and n not in in_arrays and
-            not any(m.op.name in _START or m.op.name == "load" and m.args[0].op.name not in ("array", "table")
-                    for m in _body(n))]
-
-
-def _loaded(node: Expr) -> set:
-    """The arrays a tensor's body reads (not through other arrays: those have their own loops)."""
-    if node.op.name in ("cumsum", "scan"):
-        return set(node.args)
-    return {n.args[0] for n in _body(node) if n.op.name == "load"}
-
-
-def _body(node: Expr) -> set:
-    """The scalar nodes a tensor's, scatter's or reduction's loop computes: its body's graph, not
-    descending into the arrays it reads. A reduction may ride in another loop only if none of
-    this is another reduction and no array's loop needs it (it is complete after the loop only)."""
-    seen, stack = {node.args[0]}, [node.args[0]]
-    while stack:
-        for a in stack.pop().args:
-            if a not in seen and not a.op.array_valued:
-                seen.add(a)
-                stack.append(a)
-    return seen
-
-
 def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Region) -> None:
     """The loop nest filling tensors (element at their indices, the group sharing the first one's
     indices) or a scatter (adding at its addresses)."""
@@ -723,7 +418,7 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
         body = substitute_indices(node.args[0], dict(zip(own, indices)))
         bodies.append(body)
         value = emitter.value(body, inner)
-        if node.op.name in _START:  # a scalar reduction riding along: its accumulator
+        if node.op.name in REDUCTIONS:  # a scalar reduction riding along: its accumulator
             acc = emitter.fresh("a")
             top.lines.append(f"{acc} = {_START[node.op.name]}")
             inner.lines.append(f"{acc} = {_COMBINE[node.op.name].format(acc, value)}")

@@ -1,0 +1,65 @@
+"""The schedule checker: every loop program's steps pass it before they run, and each kind of wrong
+schedule (the planner's bugs it exists to catch) is refused with a ScheduleError naming the array."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad.compile.schedule import Schedule, ScheduleError, Step, schedule, verify
+from symgrad.expr.build import apply
+from symgrad.expr.ops import OPS
+
+PERM = np.random.default_rng(0).permutation(64)
+
+
+def _gradient_schedule():
+    """The schedule of a permuted gather through np.minimum's value and gradient: t1 (the minimum), a
+    scatter added into the gradient tensor t1 + scatter, and the sum reading t1."""
+    vg = sg.value_and_grad(lambda x: np.sum(x * np.minimum(x[PERM], 0.0)), backend="vm")
+    program = vg.trace(np.ones(64)).compiled.program
+    return schedule(list(program.roots) if program.returns_value else [sg.Var("zero") * 0.0, *program.roots])
+
+
+def test_the_old_wrong_schedule_of_a_gather_through_minimum_is_refused():
+    """The planner once filled the gradient's buffer with the minimum's tensor (which the value still
+    reads after the steps), then added the scatter into it: the value read the gradient (twice the sum)."""
+    good = _gradient_schedule()
+    verify(good)
+    (minimum,), (scatter,) = (next(s.nodes for s in good.steps if s.kind == kind) for kind in ("fill", "add"))
+    grad = good.steps[-1].nodes[0]
+    wrong = [Step("fill", (minimum,)), Step("add", (scatter,))]
+    with pytest.raises(ScheduleError, match="into the buffer of .*minimum.*, which step 2 still reads"):
+        verify(Schedule(good.outputs, good.order, wrong, {minimum: grad, scatter: grad}, good.fused))
+
+
+def test_reads_before_writes_and_adds_into_unzeroed_buffers_are_refused():
+    good = _gradient_schedule()
+    with pytest.raises(ScheduleError, match="before it is computed"):
+        verify(Schedule(good.outputs, good.order, good.steps[::-1], good.home, good.fused))
+    without_zero = [s for s in good.steps if s.kind != "zero"]
+    with pytest.raises(ScheduleError, match="not zeroed or filled"):
+        verify(Schedule(good.outputs, good.order, without_zero, good.home, good.fused))
+    zero = next(s for s in good.steps if s.kind == "zero")
+    with pytest.raises(ScheduleError, match="twice"):
+        verify(Schedule(good.outputs, good.order, [zero, *good.steps], good.home, good.fused))
+    with pytest.raises(ScheduleError, match="not complete"):
+        verify(Schedule(good.outputs, good.order, good.steps[:-1], good.home, good.fused))
+
+
+def test_an_address_outside_its_array_is_refused():
+    """Loads the planner builds skip subscript's range check: the checker redoes it."""
+    x, i = sg.array("x", 4), sg.index("i", 4)
+    outside = sg.tensor(apply(OPS["load"], (x, i + 1)) * 2.0, i)
+    with pytest.raises(ScheduleError, match=r"i \+ 1 takes values 1..4, outside 0..3"):
+        verify(Schedule([outside], [outside], [Step("fill", (outside,))]))
+
+
+@pytest.mark.parametrize("backend", ["vm", "numba"])
+def test_every_loop_program_passes_the_checker_before_it_runs(monkeypatch, backend):
+    from symgrad.compile import schedule as module
+
+    checked = []
+    monkeypatch.setattr(module, "verify", lambda s: checked.append(s) or verify(s))
+    x = np.random.default_rng(1).normal(size=100)
+    value, grad = sg.value_and_grad(lambda x: np.sum(np.cumsum(x) * np.tanh(x[::-1])), backend=backend)(x)
+    assert checked and value == pytest.approx(np.sum(np.cumsum(x) * np.tanh(x[::-1])), rel=1e-12)
