@@ -133,3 +133,18 @@ def test_a_product_with_part_of_an_array_as_its_operand():
         value, grad = sg.value_and_grad(lambda x: np.sum(x.reshape(50, 100) ** 2 @ x[:100]), backend=backend)(x)
         assert value == pytest.approx(want[0], rel=1e-12)
         np.testing.assert_allclose(grad, want[1], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("tangent", ["numpy", "traced"])
+def test_jvp_inside_a_rolled_trace(tangent):
+    """sg.jvp of a function of a traced array, its tangent a NumPy array or traced itself."""
+    v = Y[:64] if tangent == "numpy" else None
+
+    def f(x):
+        t = v if v is not None else x[::-1] * 2.0
+        return np.sum(sg.jvp(lambda a: np.sin(a) ** 2, (x,), (t,))[1] * x)
+
+    x = X[:64]
+    t = Y[:64] if tangent == "numpy" else x[::-1] * 2.0
+    assert sg.jit(f)(x) == pytest.approx(np.sum(np.sin(2 * x) * t * x), rel=1e-12)
+    _agree(f, (x,))
