@@ -163,7 +163,7 @@ def test_fuzz_interpreter_element_trace_and_loop_vm():
     """150 programs: NumPy, finite differences, the element trace, the loop VM, every 4th an extra transform."""
     stats: dict = {}
     found = fuzz.run(programs=150, seed=2024, backends=("python", "vm"), extras_every=4, element_every=2,
-                     minimise_seconds=15, stats=stats)
+                     minimise_seconds=10, stats=stats)
     assert stats["programs"] == 150 and stats.get("ok", 0) > 100, stats
     assert not found, _report(found)
 
