@@ -13,7 +13,7 @@ from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from symgrad.compile.function import Compiled
-from symgrad.compile.lower import Program
+from symgrad.compile.program import Program
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff
 from symgrad.expr.dot import to_dot

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.compile.lower import STORE, lower
+from symgrad.compile.lower import lower
+from symgrad.compile.program import STORE
 from symgrad.expr import ops
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -9,6 +9,7 @@ from rolled_graphs import nested_sums
 
 import symgrad as sg
 from symgrad.compile import cache, loops
+from symgrad.compile.kernels import REGISTRY, Backend
 from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor
 
 
@@ -137,7 +138,8 @@ def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
     from symgrad.compile import loop_vm
 
     monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
-    monkeypatch.setitem(loops.LOOP_BACKENDS, "numba", lambda program: (_ for _ in ()).throw(MemoryError("LLVM")))
+    monkeypatch.setitem(REGISTRY["loops"], "numba", Backend("numba", lambda program, roots: (_ for _ in ()).throw(
+        MemoryError("LLVM"))))
     salt = 5.0 + np.random.default_rng().random()
     f, x = _fresh_program(salt)
     with pytest.warns(UserWarning, match=r"compiling a loop program failed \(MemoryError: LLVM\); it runs on the"):

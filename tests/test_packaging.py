@@ -40,26 +40,23 @@ def test_the_typing_marker_ships():
     assert importlib.resources.files("symgrad").joinpath("py.typed").is_file()
 
 
-def _expr_imports() -> dict[str, set[str]]:
-    """Module -> the symgrad modules it imports (anywhere in the file), for symgrad/expr."""
-    root = Path(sg.__file__).parent / "expr"
+def _imports(package: str = "expr") -> dict[str, set[str]]:
+    """Module -> the symgrad modules it imports (anywhere in the file), for symgrad/<package>."""
+    root = Path(sg.__file__).parent / package
     graph = {}
     for path in root.glob("*.py"):
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("symgrad"):
                 parts = node.module.split(".")
-                found |= {f"expr.{a.name}" for a in node.names} if node.module == "symgrad.expr" else \
+                found |= {f"{package}.{a.name}" for a in node.names} if node.module == f"symgrad.{package}" else \
                     {".".join(parts[1:3])}
-        graph[f"expr.{path.stem}"] = found - {f"expr.{path.stem}"}
+        graph[f"{package}.{path.stem}"] = found - {f"{package}.{path.stem}"}
     return graph
 
 
-def test_the_symbolic_layer_imports_form_a_tree_but_for_ops_and_build():
-    """symgrad.expr never imports symgrad.compile, and its modules import each other without cycles,
-    except ops <-> build (op rows build nodes; building reads rows)."""
-    graph = _expr_imports()
-    assert not any(m.startswith("compile") for deps in graph.values() for m in deps)
+def _cycles(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The pairs of modules of ``graph`` that reach each other."""
     local = {m: {d for d in deps if d in graph} for m, deps in graph.items()}
 
     def reaches(a: str, b: str) -> bool:
@@ -73,5 +70,20 @@ def test_the_symbolic_layer_imports_form_a_tree_but_for_ops_and_build():
                     stack.append(n)
         return False
 
-    cycles = {tuple(sorted((a, b))) for a in local for b in local[a] if reaches(b, a)}
-    assert cycles == {("expr.build", "expr.ops")}, cycles
+    return {tuple(sorted((a, b))) for a in local for b in local[a] if reaches(b, a)}
+
+
+def test_the_symbolic_layer_imports_form_a_tree_but_for_ops_and_build():
+    """symgrad.expr never imports symgrad.compile, and its modules import each other without cycles,
+    except ops <-> build (op rows build nodes; building reads rows)."""
+    graph = _imports("expr")
+    assert not any(m.startswith("compile") for deps in graph.values() for m in deps)
+    assert _cycles(graph) == {("expr.build", "expr.ops")}
+
+
+def test_the_numeric_layer_imports_form_a_tree():
+    """symgrad.compile's modules import each other one way: the backend interface (kernels) imports
+    none of them, programs look backends up there, backends register there."""
+    graph = _imports("compile")
+    assert _cycles(graph) == set()
+    assert not {d for d in graph["compile.kernels"] if d.startswith("compile")}

@@ -162,7 +162,8 @@ def test_compiled_and_traced_functions_work_in_worker_processes():
 
 
 def test_a_pickled_program_is_checked_and_rekeyed():
-    from symgrad.compile.lower import OPS_ID, lower
+    from symgrad.compile.lower import lower
+    from symgrad.compile.program import OPS_ID
 
     program = lower([x * y + sg.sin(x)], [x, y])
     data = pickle.dumps(program)

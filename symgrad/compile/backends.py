@@ -1,65 +1,23 @@
-"""The backends: each turns a Program into :class:`Kernels`, registered by name.
-
-Every backend gives the same three kernels: ``point(x, p, out) -> value``,
-``batch(X, P, V, OUT, lo, hi)`` (rows ``lo:hi``) and ``total(x, P, acc, lo, hi)`` (the sum over
-rows ``lo:hi`` of ``P``), plus the source it runs. ``Compiled`` calls them and never asks which
-backend made them, so a new backend (loops, LLVM) is one :func:`register` call, not a branch.
+"""The backends of straight-line Programs: each turns one into :class:`Kernels` (kernels.py, the
+interface), registered by name: numba (generated code), vm (one pre-compiled interpreter), python
+(the reference interpreter).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numba import types
 
 from symgrad.compile import cache, numba_backend, vm
-from symgrad.compile.lower import Program
+from symgrad.compile.kernels import SIGNATURES, Kernels, register
+from symgrad.compile.program import Program
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr
 from symgrad.expr.traverse import topo_order
-
-_V, _M = types.float64[::1], types.float64[:, ::1]
-_I = types.int64
-SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
-
-
-@dataclass(frozen=True)
-class Kernels:
-    """A backend's product: ``kernel(variant)`` for variant in point / batch / total, made on first
-    use; ``source``, the code it runs (or a function making it); ``backend``, the name that runs it."""
-
-    backend: str
-    kernel: Callable[[str], Callable]
-    source: str | Callable[[], str]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """How to make Kernels for a Program (``needs_roots``: the expressions too, for the interpreter)."""
-
-    name: str
-    make: Callable[[Program, list[Expr] | None], Kernels]
-    needs_roots: bool = False
-
-
-REGISTRY: dict[str, Backend] = {}
-
-
-def register(name: str, needs_roots: bool = False) -> Callable:
-    """Register ``make(program, roots) -> Kernels`` as the backend ``name``.
-
-    >>> sorted(REGISTRY)
-    ['numba', 'python', 'vm']
-    """
-    def add(make: Callable) -> Callable:
-        REGISTRY[name] = Backend(name, make, needs_roots)
-        return make
-    return add
 
 
 def module_name(program: Program) -> str:
@@ -73,7 +31,7 @@ def module_name(program: Program) -> str:
     return f"k{numba_backend.GENERATOR_VERSION}_{program.key}"
 
 
-@register("numba")
+@register("program", "numba")
 def numba_kernels(program: Program, roots: list[Expr] | None = None) -> Kernels:
     """Straight-line Numba kernels for ``program`` (the VM's past ``$SYMGRAD_MAX_PROGRAMS``)."""
     name = module_name(program)
@@ -93,10 +51,10 @@ def vm_variant(variant: str) -> Any:
     text = vm.source()
     module = cache.load(f"vm_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
     code, dims = types.int32[:, ::1], types.int64[::1]
-    return cache.typed(module, variant, (code, _V, dims, *SIGNATURES[variant]))
+    return cache.typed(module, variant, (code, types.float64[::1], dims, *SIGNATURES[variant]))
 
 
-@register("vm")
+@register("program", "vm")
 def vm_kernels(program: Program, roots: list[Expr] | None = None) -> Kernels:
     """The VM's kernels bound to ``program``'s arrays: nothing is compiled per program."""
     dims = np.array([program.n_slots, len(program.inputs), len(program.params), program.n_out,
@@ -105,7 +63,7 @@ def vm_kernels(program: Program, roots: list[Expr] | None = None) -> Kernels:
     return Kernels("vm", functools.lru_cache(None)(bind), program.__str__)
 
 
-@register("python", needs_roots=True)
+@register("program", "python", needs_roots=True)
 def python_kernels(program: Program, roots: list[Expr] | None) -> Kernels:
     """The reference interpreter behind the same kernel interface (for checking)."""
     order = topo_order(roots)

@@ -18,16 +18,18 @@ from typing import Any
 import numba
 import numpy as np
 
-from symgrad.compile import loop_vm  # (importing it registers the loop VM with the loop programs)
-from symgrad.compile.backends import REGISTRY, Kernels
+from symgrad.compile import backends, loop_vm  # noqa: F401 (importing them registers their backends)
+from symgrad.compile.kernels import REGISTRY, Kernels
 from symgrad.compile.loops import LoopProgram, numba_on_disk
-from symgrad.compile.lower import Program, lower
+from symgrad.compile.lower import lower
+from symgrad.compile.program import Program
 from symgrad.expr.diff import grad
 from symgrad.expr.node import Expr
+from symgrad.expr.serialize import dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list
 
-BACKENDS = ("auto", *REGISTRY)
+BACKENDS = ("auto", *REGISTRY["program"])
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
 # then costs more than the VM's slower run saves for all but very hot loops.
 AUTO_THRESHOLD = 200
@@ -115,8 +117,11 @@ class Compiled:
     def __reduce__(self) -> tuple:
         # The program travels (arrays and names), not the kernels: the receiver loads them from
         # the disk cache, or compiles them, exactly as a first compile would.
+        # The interpreter's expressions travel as a sg.dumps document, checked where they land (a loop
+        # program's are its own roots).
         backend = "numba" if self._final is not None else self.backend
-        return _from_program, (self.program, backend, self.shape, self._pattern, self._roots)
+        roots = None if self._roots is None or isinstance(self.program, LoopProgram) else dumps(self._roots)
+        return _unpickled, (self.program, backend, self.shape, self._pattern, roots)
 
     def ready(self) -> Compiled:
         """Wait until the final kernels run it (under ``"auto"``, a loop program runs on the loop VM
@@ -363,7 +368,7 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
             backend = "numba"
     elif backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
-    needs_roots = backend in REGISTRY and REGISTRY[backend].needs_roots
+    needs_roots = backend in REGISTRY["program"] and REGISTRY["program"][backend].needs_roots
     return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 
 
@@ -372,6 +377,11 @@ def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple |
     """The Compiled for a lowered program (also how a pickled one comes back: disk cache, or a recompile)."""
     kernels = program.kernels(backend, roots)
     return Compiled(program, kernels, shape, pattern, roots)
+
+
+def _unpickled(program: Program, backend: str, shape: tuple, pattern: tuple | None, roots: str | None) -> Compiled:
+    """A pickled Compiled: the interpreter's expressions (if any) loaded by sg.loads, which checks them."""
+    return _from_program(program, backend, shape, pattern, None if roots is None else loads(roots))
 
 
 def compile(outputs: Any, inputs: Any, params: Any = (), backend: str = "auto") -> Compiled:

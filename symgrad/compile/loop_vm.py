@@ -23,7 +23,7 @@ import numpy as np
 from numba import types
 
 from symgrad.compile import cache, fastmath, loops, vm
-from symgrad.compile.backends import SIGNATURES, Kernels
+from symgrad.compile.kernels import SIGNATURES, Kernels, register
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import const
 from symgrad.expr.node import Expr
@@ -538,12 +538,10 @@ def at_hand() -> bool:
     return variant.cache_info().currsize > 0 or cache.on_disk(_module(), "point")
 
 
-def vm_kernels(program: loops.LoopProgram) -> Kernels:
+@register("loops", "vm")
+def vm_kernels(program: loops.LoopProgram, roots: Any = None) -> Kernels:
     """The loop VM's kernels bound to ``program``'s arrays: nothing is compiled per program."""
     arrays = lower(program)
     parts = (arrays["code"], arrays["ints"], arrays["consts"], arrays["tables"], arrays["dims"])
     bind = lambda name: functools.partial(variant(name), *parts)  # noqa: E731
     return Kernels("vm", functools.lru_cache(None)(bind), lambda: listing(arrays))
-
-
-loops.LOOP_BACKENDS["vm"] = vm_kernels

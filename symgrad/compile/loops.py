@@ -16,14 +16,14 @@ import hashlib
 import itertools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from symgrad.compile import cache, fastmath
-from symgrad.compile.backends import SIGNATURES, Kernels
+from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
 from symgrad.compile.schedule import Schedule, Step, ranges, riders, riding, schedule, slots
@@ -572,11 +572,9 @@ class LoopProgram:
         return len(topo_order(list(self.roots)))
 
     def kernels(self, backend: str, roots: Any = None) -> Kernels:
-        """The kernels running this program on ``backend`` ("numba" loops, or the "python" interpreter)."""
-        if backend not in LOOP_BACKENDS:
-            raise ValueError(f"backend {backend!r} does not run rolled expressions yet; use one of "
-                             f"{sorted(LOOP_BACKENDS)} (or unroll them: sg.unroll)")
-        return LOOP_BACKENDS[backend](self)
+        """The kernels running this program on ``backend`` ("numba" loops, the "vm" loop VM, or the
+        "python" interpreter)."""
+        return make_kernels("loops", self, backend)
 
     def to_dot(self) -> str:
         """Graphviz DOT of the rolled expressions the program computes."""
@@ -602,7 +600,7 @@ class LoopProgram:
     def __reduce__(self) -> tuple:
         # The graph travels as a sg.dumps document (checked node by node where it lands), never the
         # generated source or its key: the receiver generates both again, as Program's pickles do.
-        from symgrad.compile.lower import OPS_ID, PICKLE_VERSION
+        from symgrad.compile.program import OPS_ID, PICKLE_VERSION
         from symgrad.expr.serialize import dumps
 
         roles = (len(self.roots), len(self.inputs.exprs), len(self.params.exprs))
@@ -618,7 +616,7 @@ class LoopProgram:
     def _unpickled(cls, version: Any, ops_id: Any, graph: Any, roles: Any, returns_value: Any) -> LoopProgram:
         """A LoopProgram from a pickle: format and op table checked, the graph loaded by sg.loads (a
         FormatError for anything sg.dumps does not write), the program made again from it."""
-        from symgrad.compile.lower import OPS_ID, PICKLE_VERSION, _names
+        from symgrad.compile.program import OPS_ID, PICKLE_VERSION, _names
         from symgrad.expr.serialize import loads
 
         if version != PICKLE_VERSION or ops_id != OPS_ID:
@@ -660,14 +658,15 @@ def total(x, P, acc, lo, hi):
 """
 
 
-def numba_kernels(program: LoopProgram) -> Kernels:
+@register("loops", "numba")
+def numba_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     """Numba loop kernels for ``program`` (the loop VM's past ``$SYMGRAD_MAX_PROGRAMS``)."""
     name = _module_name(program)
     if not cache.has_room(name):
         cache.warn_once("loop programs", f"{cache.max_programs()} programs are compiled with Numba in this "
                         "process (its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new rolled ones run "
                         "on the loop VM")
-        return LOOP_BACKENDS["vm"](program)
+        return program.kernels("vm")
     module = cache.load(name, program.source)
     return Kernels("numba", functools.lru_cache(None)(
         lambda variant: cache.typed(module, variant, SIGNATURES[variant])), program.source)
@@ -683,7 +682,8 @@ def _module_name(program: LoopProgram) -> str:
     return f"loops_{program.key}"
 
 
-def python_kernels(program: LoopProgram) -> Kernels:
+@register("loops", "python")
+def python_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     """The reference interpreter (NumPy, vectorised over each index) behind the kernel interface."""
     order = topo_order(list(program.roots))
 
@@ -719,6 +719,3 @@ def python_kernels(program: LoopProgram) -> Kernels:
             acc[1:] += part
 
     return Kernels("python", dict(point=point, batch=batch, total=total).__getitem__, program.__str__)
-
-
-LOOP_BACKENDS: dict[str, Callable[[LoopProgram], Kernels]] = {"numba": numba_kernels, "python": python_kernels}

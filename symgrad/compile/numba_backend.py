@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from symgrad.compile.lower import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
+from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
 from symgrad.expr.ops import OPS
 
 _TEMPLATES = [op.numba for op in OPS.values()]

@@ -12,7 +12,7 @@ the dispatch is paid once per block, not per point.
 from __future__ import annotations
 
 from symgrad.compile import fastmath
-from symgrad.compile.lower import LOAD_CONST, LOAD_P, LOAD_X, STORE
+from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE
 from symgrad.expr.ops import OPS
 
 BLOCK = 128

@@ -1,0 +1,71 @@
+"""The backend interface, imported one way: programs (program.Program, loops.LoopProgram) look their
+backends up here, and backends (backends.py, loops.py, loop_vm.py) register here. It imports no
+other module of symgrad.compile.
+
+Every backend gives the same three kernels: ``point(x, p, out) -> value``,
+``batch(X, P, V, OUT, lo, hi)`` (rows ``lo:hi``) and ``total(x, P, acc, lo, hi)`` (the sum over
+rows ``lo:hi`` of ``P``), plus the source it runs. ``Compiled`` calls them and never asks which
+backend made them, so a new backend (LLVM) is one :func:`register` call, not a branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from numba import types
+
+_V, _M = types.float64[::1], types.float64[:, ::1]
+_I = types.int64
+SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V, _M, _V, _I, _I))
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """A backend's product: ``kernel(variant)`` for variant in point / batch / total, made on first
+    use; ``source``, the code it runs (or a function making it); ``backend``, the name that runs it."""
+
+    backend: str
+    kernel: Callable[[str], Callable]
+    source: str | Callable[[], str]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How to make Kernels for a program (``needs_roots``: the expressions too, for the interpreter)."""
+
+    name: str
+    make: Callable[..., Kernels]
+    needs_roots: bool = False
+
+
+# The kind of program ("program": straight-line Program; "loops": LoopProgram) -> name -> backend.
+REGISTRY: dict[str, dict[str, Backend]] = {"program": {}, "loops": {}}
+
+
+def register(kind: str, name: str, needs_roots: bool = False) -> Callable:
+    """Register ``make(program, roots) -> Kernels`` as the backend ``name`` of programs of ``kind``.
+
+    >>> import symgrad
+    >>> sorted(REGISTRY["program"]), sorted(REGISTRY["loops"])
+    (['numba', 'python', 'vm'], ['numba', 'python', 'vm'])
+    """
+    def add(make: Callable) -> Callable:
+        REGISTRY[kind][name] = Backend(name, make, needs_roots)
+        return make
+    return add
+
+
+def make_kernels(kind: str, program: Any, backend: str, roots: Any = None) -> Kernels:
+    """The Kernels of the backend ``backend`` registered for programs of ``kind``.
+
+    >>> import symgrad as sg
+    >>> make_kernels("loops", None, "llvm")
+    Traceback (most recent call last):
+    ...
+    ValueError: backend 'llvm' does not run loops programs; use one of ['numba', 'python', 'vm']
+    """
+    if backend not in REGISTRY[kind]:
+        raise ValueError(f"backend {backend!r} does not run {kind} programs; use one of {sorted(REGISTRY[kind])}")
+    return REGISTRY[kind][backend].make(program, roots)
