@@ -63,3 +63,19 @@ def test_every_loop_program_passes_the_checker_before_it_runs(monkeypatch, backe
     x = np.random.default_rng(1).normal(size=100)
     value, grad = sg.value_and_grad(lambda x: np.sum(np.cumsum(x) * np.tanh(x[::-1])), backend=backend)(x)
     assert checked and value == pytest.approx(np.sum(np.cumsum(x) * np.tanh(x[::-1])), rel=1e-12)
+
+
+def test_a_scatter_added_into_a_buffer_of_another_shape_is_refused():
+    """np.sum(np.sum(x, axis=1)[index array]): the gradient is the scatter broadcast over a second
+    axis; the planner added the (8,) scatter into the (8, 8) gradient's buffer (the loop VM left
+    56 of 64 entries 0)."""
+    x = np.random.default_rng(0).normal(size=(8, 8))
+    f = lambda x: np.sum(np.sum(x, axis=1)[np.arange(8)[::-1]])  # noqa: E731
+    for backend in ("python", "vm"):
+        np.testing.assert_array_equal(sg.value_and_grad(f, backend=backend)(x)[1], np.ones((8, 8)))
+    good = schedule(sg.value_and_grad(f, backend="vm").trace(x).compiled.program.roots)
+    (scatter,) = next(s.nodes for s in good.steps if s.kind == "add")
+    grad = good.outputs[-1]
+    wrong = [Step("zero", (grad,)), Step("add", (scatter,))]
+    with pytest.raises(ScheduleError, match=r"of shape \(8,\) into the buffer of .* of shape \(8, 8\)"):
+        verify(Schedule(good.outputs[-1:], good.order, wrong, {scatter: grad}))

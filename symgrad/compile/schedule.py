@@ -122,16 +122,19 @@ def verify(s: Schedule) -> None:
         where = f"step {k} ({step.kind})"
         for a in _reads(step):
             if a.op.name not in ("array", "table") and holds.get(s.owner(a)) is not a:
-                raise ScheduleError(f"{where} reads {str(a)[:80]} " + (
+                raise ScheduleError(f"{where} reads {_brief(a)} " + (
                     "after its buffer was overwritten" if a in done else "before it is computed"))
         for n in step.nodes:
             _check_addresses(n, where)
             h, held = s.owner(n), holds.get(s.owner(n))
+            if n.shape != h.shape:
+                raise ScheduleError(f"{where} writes {_brief(n)} of shape {n.shape} into the buffer of "
+                                    f"{_brief(h)}, of shape {h.shape}")
             if step.kind == "add":
                 if held != ("zeroed", h) and not (isinstance(held, Expr) and held is not h and s.owner(held) is h):
-                    raise ScheduleError(f"{where} adds {str(n)[:80]} into a buffer that was not zeroed or filled")
+                    raise ScheduleError(f"{where} adds {_brief(n)} into a buffer that was not zeroed or filled")
                 if isinstance(held, Expr) and last.get(held, -1) > k:
-                    raise ScheduleError(f"{where} adds {str(n)[:80]} into the buffer of {str(held)[:80]}, which "
+                    raise ScheduleError(f"{where} adds {_brief(n)} into the buffer of {_brief(held)}, which "
                                         f"step {last[held]} still reads")
                 pending[h] -= 1
                 holds[h] = ("zeroed", h)
@@ -140,10 +143,10 @@ def verify(s: Schedule) -> None:
                     done.add(h)
                 continue
             if n in done or held == ("zeroed", h):
-                raise ScheduleError(f"{where} " + (f"computes {str(n)[:80]} a second time" if n in done else
-                                                   f"zeroes the buffer of {str(h)[:80]} twice"))
+                raise ScheduleError(f"{where} " + (f"computes {_brief(n)} a second time" if n in done else
+                                                   f"zeroes the buffer of {_brief(h)} twice"))
             if isinstance(held, Expr) and last.get(held, -1) > k:
-                raise ScheduleError(f"{where} writes {str(n)[:80]} into the buffer of {str(held)[:80]}, which "
+                raise ScheduleError(f"{where} writes {_brief(n)} into the buffer of {_brief(held)}, which "
                                     f"step {last[held]} still reads")
             holds[h] = ("zeroed", h) if step.kind == "zero" else n
             if step.kind != "zero":
@@ -152,8 +155,14 @@ def verify(s: Schedule) -> None:
             verify(step.inner)
     for r in at_end:
         if r.op.array_valued and r.op.name not in ("array", "table") and holds.get(s.owner(r)) is not r:
-            raise ScheduleError(f"the output {str(r)[:80]} (or an array it reads) is not complete when the "
+            raise ScheduleError(f"the output {_brief(r)} (or an array it reads) is not complete when the "
                                 "schedule ends")
+
+
+def _brief(node: Expr) -> str:
+    """``node`` printed on one line, cut at 100 characters."""
+    text = str(node).replace("\n", "; ")
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _scalar_reads(root: Expr) -> set:
@@ -181,7 +190,7 @@ def _check_addresses(node: Expr, where: str) -> None:
         for a, n in zip(addresses, shape):
             lo, hi = value_range(a)
             if lo < 0 or hi >= n:
-                raise ScheduleError(f"{where}: the address {str(a)[:80]} takes values {lo}..{hi}, outside "
+                raise ScheduleError(f"{where}: the address {_brief(a)} takes values {lo}..{hi}, outside "
                                     f"0..{n - 1}")
 
 
@@ -221,7 +230,8 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
         if t.op.name == "tensor" and t not in products:
             terms = _terms(t.args[0])
             added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter"
-                     and m.payload is None and all(a is b for a, b in zip(m.args[1:], t.args[1:]))
+                     and m.payload is None and len(m.args) == len(t.args)  # (read at all its indices)
+                     and all(a is b for a, b in zip(m.args[1:], t.args[1:]))
                      and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
             rest = [m for m in terms if all(m is not a for a in added)]
             rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None

@@ -387,14 +387,26 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     """w at the solution. Where w calls transcendental functions or reduces, a load from w
     materialised over the load's indices: computed once per index value (in one loop with the
     other sites' adjoints and the value, by the compiler), however many sites read it shifted.
-    Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read."""
+    Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read.
+    A conditional zero around w (``where(c, y, 0)``) stays outside what is materialised, so the
+    rule ``x * where(c, y, 0) -> where(c, x*y, 0)`` still keeps a nan partial out where c fails."""
+    zeros = []  # the conditional zeros around w, outermost first: (condition, the side y is on)
+    while w.op.name == "where" and any(a.op.name == "const" and a.payload == 0.0 for a in w.args[1:]):
+        taken = 1 if w.args[2].op.name == "const" and w.args[2].payload == 0.0 else 2
+        zeros.append((w.args[0], taken))
+        w = w.args[taken]
     # Over what w varies over (not broadcast along the load's other indices), in the order the
     # addresses name them: the adjoint of x[r, c] is then that tensor itself.
     order = [*(i for a in load.args[1:] for i in by_name(a.free)), *by_name(w.free)]
     indices = tuple(i for i in dict.fromkeys(order) if i in w.free)  # (w may vary over a Jacobian's rows)
     if not indices or not any(costly(n) for n in topo_order([w])):
-        return substitute_indices(w, solved)
-    return apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
+        term = substitute_indices(w, solved)
+    else:
+        term = apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
+    for condition, taken in reversed(zeros):
+        condition = substitute_indices(condition, solved)
+        term = ops.where(condition, term, 0.0) if taken == 1 else ops.where(condition, 0.0, term)
+    return term
 
 
 def costly(node: Expr) -> bool:
