@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -60,9 +61,40 @@ class Step:
         return f"{self.carry} -> {text if len(text) <= 200 else text[:197] + '...'}"
 
 
+class Name(str):
+    """A placeholder's name. It equals only another placeholder's name (and hashes and prints its
+    repr apart), never the plain ``str`` of an ``sg.array`` or of an array in a document: a user's
+    array called ``scan#c`` is another node than a step's carry, so no program input can stand in
+    for a placeholder. Printed (``str``, f-strings) it reads as its text."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Name and str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(("scan placeholder", str(self)))
+
+    def __repr__(self) -> str:  # (a node's payload hash reads the repr: apart from a user's array)
+        return f"placeholder({str.__repr__(self)})"
+
+
+def reserved(name: str, shape: tuple) -> Expr:
+    """The placeholder array ``name`` of ``shape`` (a role: ``scan#c``, ``scan#x0``, ``scan#k0``; or
+    ``scan#7`` while a step is built)."""
+    return intern(ops.array, (), (Name(name), tuple(int(d) for d in shape)))
+
+
+def is_placeholder(node: Expr) -> bool:
+    return node.op.name == "array" and type(node.payload[0]) is Name
+
+
 def placeholder(shape: tuple) -> Expr:
     """A new placeholder array for a step being built."""
-    return rolled.array(f"scan#{next(_raw)}", shape)
+    return reserved(f"scan#{next(_raw)}", shape)
 
 
 def make(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, reverse: bool = False,
@@ -96,19 +128,19 @@ def _node(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, lengt
     if any(n.op.name == "scan" for n in topo_order([body])):
         raise TracingError("sg.scan inside the step of another sg.scan has no rolled form yet: write the inner "
                            "loop with NumPy (or a Python loop)")
-    names = {carry: rolled.array("scan#c", carry.shape)}
-    names.update((p, rolled.array(f"scan#x{k}", p.shape)) for k, (p, _) in enumerate(stacked))
-    names.update((p, rolled.array(f"scan#k{k}", p.shape)) for k, (p, _) in enumerate(bound))
+    names = {carry: reserved("scan#c", carry.shape)}
+    names.update((p, reserved(f"scan#x{k}", p.shape)) for k, (p, _) in enumerate(stacked))
+    names.update((p, reserved(f"scan#k{k}", p.shape)) for k, (p, _) in enumerate(bound))
     consts = [names[p] for p, _ in bound]
     args = [init, *(a for _, a in stacked), *(a for _, a in bound)]
     for a in _outer(body, [carry, *(p for p, _ in stacked), *(p for p, _ in bound)]):
         k = len(consts)
         if a.op.array_valued:
-            consts.append(rolled.array(f"scan#k{k}", a.shape))
+            consts.append(reserved(f"scan#k{k}", a.shape))
             names[a] = consts[-1]
             args.append(a)
         else:  # a scalar: a one-element array, read at 0
-            consts.append(rolled.array(f"scan#k{k}", (1,)))
+            consts.append(reserved(f"scan#k{k}", (1,)))
             names[a] = apply(ops.load, (consts[-1], const(0.0)))
             args.append(rolled.tensor(a, rolled.index("scan#one", 1)))
     step = Step(substitute(body, names), names[carry], tuple(names[p] for p, _ in stacked), tuple(consts))
@@ -148,9 +180,11 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
     ``xs`` are pytrees (tuples, lists, dicts of arrays and numbers), the carry ``f`` returns has
     ``init``'s structure and shapes, ``length`` counts the steps when ``xs`` is None.
 
-    Inside a traced function whose arrays are rolled, ``f`` is traced once and the loop is one
-    node (compiled as one loop around the step's loops); elsewhere (NumPy values, an element
-    trace) it runs as a Python loop, with the same results.
+    Inside a traced function (rolled arrays, or numbers and NumPy arrays as ``init`` and ``xs``),
+    ``f`` is traced once and the loop is one node whatever its length (compiled as one loop around
+    the step's loops); elsewhere (NumPy values outside a trace, or a step that reads arrays traced
+    element by element) it runs as a Python loop, with the same results. Zero steps give ``init``
+    and empty ``ys`` (``f`` called once, on a row of zeros, for their shapes).
 
     >>> import numpy as np, symgrad as sg
     >>> def running(total, x):
@@ -165,8 +199,8 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
     >>> round(float(g), 6)
     0.705458
     """
-    if length is not None and (not isinstance(length, int | np.integer) or length < 1):
-        raise ValueError(f"scan: length must be a positive integer, got {length!r}")
+    if length is not None and (not isinstance(length, int | np.integer) or isinstance(length, bool) or length < 0):
+        raise ValueError(f"scan: length must be a non-negative integer, got {length!r}")
     init_leaves, init_tree = pytree.flatten(init)
     x_leaves, x_tree = pytree.flatten(xs)
     steps = {_shape(v)[0] if _shape(v) else None for v in x_leaves}
@@ -175,17 +209,45 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
         raise ValueError(f"scan: each leaf of xs must have the same leading axis (the steps), and length (if "
                          f"given) that number; got shapes {[_shape(v) for v in x_leaves]}, length {length!r}")
     n = steps.pop()
+    if n == 0:
+        return _empty(f, init, init_tree, x_leaves, x_tree)
     if any(ndarrays.is_array(v) for v in init_leaves + x_leaves):
         return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
+    if _tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
+        try:  # one node, whatever the length (a Python loop would add a step's nodes per step)
+            return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
+        except TracingError:  # the step reads values traced element by element: only the loop has them
+            pass
     return _loop(f, init, init_tree, x_leaves, x_tree, n, reverse)
+
+
+def _tracing() -> bool:
+    """Whether a function is being traced (its NumPy constants captured): a scan there is a node."""
+    return ndarrays._captured.arrays is not None
+
+
+def _rollable(v: Any) -> bool:
+    """Whether a leaf of init or xs can be a rolled operand: a number, an array of numbers, a
+    scalar expression (not an object array of an element trace)."""
+    return isinstance(v, Expr | Real) or isinstance(v, np.ndarray) and v.dtype.kind in "biuf"
+
+
+def _empty(f: Any, init: Any, tree: Any, x_leaves: list, x_tree: Any) -> tuple:
+    """No steps (``lax.scan`` of length 0): ``init`` and empty ``ys``, shaped by one call of the
+    step on a row of zeros (which also checks the carry it returns)."""
+    row = pytree.unflatten(x_tree, [np.zeros(_shape(v)[1:]) for v in x_leaves])
+    new, y = _called(f, init, row)
+    _check_carry(tree, new, [_shape(v) for v in pytree.flatten(init)[0]])
+    y_leaves, y_tree = pytree.flatten(y)
+    return init, pytree.unflatten(y_tree, [np.zeros((0, *_shape(v))) for v in y_leaves])
 
 
 def _loop(f: Any, carry: Any, tree: Any, x_leaves: list, x_tree: Any, n: int, reverse: bool) -> tuple:
     """The scan as a Python loop (NumPy values, element traces)."""
-    ys = []
+    ys, shapes = [], [_shape(v) for v in pytree.flatten(carry)[0]]
     for t in (range(n - 1, -1, -1) if reverse else range(n)):
         carry, y = _called(f, carry, pytree.unflatten(x_tree, [v[t] for v in x_leaves]))
-        _check_carry(tree, carry, None)
+        _check_carry(tree, carry, shapes)
         ys.append(y)
     if reverse:
         ys.reverse()
@@ -214,12 +276,14 @@ def _called(f: Any, carry: Any, x: Any) -> tuple:
     return out
 
 
-def _check_carry(tree: Any, carry: Any, shapes: list | None) -> list:
+def _check_carry(tree: Any, carry: Any, shapes: list) -> list:
+    """The carry's leaves, checked against init's structure and shapes (as ``lax.scan``: a carry
+    that changed shape would broadcast silently, its derivative meaningless)."""
     leaves, got = pytree.flatten(carry)
-    if got != tree or shapes is not None and [_shape(v) for v in leaves] != shapes:
+    if got != tree or [_shape(v) for v in leaves] != shapes:
         raise TypeError(f"scan: the carry the step returns must have the structure and shapes of init: "
                         f"{pytree.unflatten(got, [_shape(v) for v in leaves])} returned, "
-                        f"{pytree.unflatten(tree, shapes) if shapes is not None else 'init'} expected")
+                        f"{pytree.unflatten(tree, shapes)} expected")
     return leaves
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from symgrad.expr import rolled
 from symgrad.expr.build import apply
-from symgrad.expr.node import Expr
+from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import _like, to_flat
 
@@ -53,32 +53,46 @@ def dumps(exprs: Any, indent: int | None = None) -> str:
 
 def _step_doc(payload: tuple) -> list:
     """A scan's payload: length, reversed, the step's graph (a document of its own: body, carry
-    placeholder, then the stacked and the whole inputs' placeholders) and how many are stacked."""
+    placeholder, then the stacked and the whole inputs' placeholders) and how many are stacked.
+    Placeholders are written by their roles' names (``scan#c``, ``scan#x0``, ``scan#k0``)."""
     length, reverse, step = payload
     return [length, reverse, json.loads(dumps([step.body, step.carry, *step.xs, *step.consts])), len(step.xs)]
 
 
-def _scan(k: int, payload: Any, arguments: tuple) -> Expr:
-    """A scan node read back: its step's document loaded and checked against its arguments."""
-    from symgrad.expr import ops, scans
-    from symgrad.expr.node import intern
+_SCAN_FORM = ("a scan's payload is [length >= 1, reversed, the step's document (body, carry, placeholders), "
+              "number of stacked inputs], matching its arguments")
 
-    ok = isinstance(payload, list) and len(payload) == 4 and type(payload[0]) is int and payload[0] >= 1 and \
-        type(payload[1]) is bool and isinstance(payload[2], dict) and type(payload[3]) is int
-    parts = loads(json.dumps(payload[2])) if ok else []
-    if ok and len(parts) == len(arguments) + 1 and 0 <= payload[3] < len(arguments):
-        body, carry, places = parts[0], parts[1], parts[2:]
-        n = payload[3]
-        rows = [(1 + j, p) for j, p in enumerate(places) if j < n]
-        ok = all(p.op.name == "array" for p in parts[1:]) and body.op.array_valued and \
-            body.shape == carry.shape == arguments[0].shape and \
-            all(arguments[j].shape == (payload[0], *p.shape) for j, p in rows) and \
-            all(arguments[1 + j].shape == p.shape for j, p in enumerate(places) if j >= n)
-        if ok:
-            step = scans.Step(body, carry, tuple(places[:n]), tuple(places[n:]))
-            return intern(ops.OPS["scan"], arguments, (payload[0], payload[1], step))
-    raise FormatError(f"symgrad JSON: node {k} is malformed: a scan's payload is [length, reversed, the step's "
-                      "document (body, carry, placeholders), number of stacked inputs], matching its arguments")
+
+def _scan(k: int, payload: Any, arguments: tuple) -> Expr:
+    """A scan node read back: its step's document loaded (placeholders by role only) and the node
+    built by ``scans.make``, the constructor sg.scan uses, which checks the shapes."""
+    from symgrad.expr import scans
+
+    if not (isinstance(payload, list) and len(payload) == 4 and type(payload[0]) is int and payload[0] >= 1
+            and type(payload[1]) is bool and isinstance(payload[2], dict) and type(payload[3]) is int
+            and 0 <= payload[3] < len(arguments)):
+        raise FormatError(f"symgrad JSON: node {k} is malformed: {_SCAN_FORM}")
+    length, reverse, n = payload[0], payload[1], payload[3]
+    parts = _load(json.dumps(payload[2]), step=True)
+    roles = ["scan#c", *(f"scan#x{j}" for j in range(n)), *(f"scan#k{j}" for j in range(len(arguments) - 1 - n))]
+    if not isinstance(parts, list) or len(parts) != len(arguments) + 1 or any(
+            not scans.is_placeholder(p) or p.payload[0] != scans.Name(r) for p, r in zip(parts[1:], roles)):
+        raise FormatError(f"symgrad JSON: node {k}: the step's document must list its body, then the "
+                          f"placeholders {roles[:4]}{'...' if len(roles) > 4 else ''} in that order")
+    body, carry, places = parts[0], parts[1], parts[2:]
+    bound = list(zip(places[n:], arguments[1 + n:]))
+    for p, a in bound:
+        if p.shape != a.shape:
+            raise FormatError(f"symgrad JSON: node {k}: the step reads {p} of shape {p.shape} as {str(a)[:60]} of "
+                              f"shape {a.shape}")
+    try:
+        node = scans.make(body, carry, arguments[0], list(zip(places[:n], arguments[1:1 + n])), bound, reverse,
+                          length)
+    except (ValueError, TypeError, TracingError) as e:
+        raise FormatError(f"symgrad JSON: node {k} (scan): {_line(e)}") from None
+    if node.payload[0] != length or len(node.args) != len(arguments):
+        raise FormatError(f"symgrad JSON: node {k} is malformed: {_SCAN_FORM}")
+    return node
 
 
 def loads(text: str | bytes) -> Any:
@@ -93,12 +107,17 @@ def loads(text: str | bytes) -> Any:
     >>> sg.loads(sg.dumps(x ** 2 + 1)) is x ** 2 + 1
     True
     """
+    return _load(text)
+
+
+def _load(text: Any, step: bool = False) -> Any:
+    """:func:`loads`; ``step``: the document of a scan's step, whose arrays are its placeholders."""
     try:
         if isinstance(text, bytes | bytearray):
             text = bytes(text).decode("utf-8")
         if not isinstance(text, str):
             raise TypeError(f"expected str or bytes, got {type(text).__name__}")
-        doc, built = _Reader(text).document()
+        doc, built = _Reader(text, step).document()
     except FormatError:
         raise
     except (ValueError, TypeError, UnicodeError, OverflowError) as e:
@@ -123,8 +142,8 @@ _HEX = re.compile(r"-?(0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]{1,5}|inf|nan)")
 class _Reader:
     """The document's top-level object read key by key, its ``nodes`` entry node by node."""
 
-    def __init__(self, text: str) -> None:
-        self.text, self.pos = text, 0
+    def __init__(self, text: str, step: bool = False) -> None:
+        self.text, self.pos, self.step = text, 0, step
         self.decoder = json.JSONDecoder(parse_int=_bounded_int)
 
     def skip(self, char: str | None = None) -> str:
@@ -169,7 +188,7 @@ class _Reader:
         while self.skip() != "]":
             if built:
                 self.skip(",")
-            built.append(_node(len(built), self.value(), built))
+            built.append(_node(len(built), self.value(), built, self.step))
         self.skip("]")
 
 
@@ -214,8 +233,8 @@ def _outputs(doc: dict, built: list[Expr]) -> Any:
                       "writes")
 
 
-def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
-    """Node ``k``, checked and built from earlier ones."""
+def _node(k: int, entry: Any, built: list[Expr], step: bool = False) -> Expr:
+    """Node ``k``, checked and built from earlier ones (``step``: in a scan's step's document)."""
     if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
         raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): expected "
                           "[op, payload, [args]]")
@@ -226,47 +245,101 @@ def _node(k: int, entry: Any, built: list[Expr]) -> Expr:
     if not all(type(i) is int and 0 <= i < k for i in args):
         raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {str(args)[:80]} that are not "
                           "earlier nodes")
-    if len(args) != op.arity if op.arity >= 0 else len(args) < (1 if name == "scan" else 2):
+    if len(args) != op.arity if op.arity >= 0 else len(args) < _MIN_ARGS.get(name, 2):
         raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): {name} takes "
-                          f"{op.arity if op.arity >= 0 else 'more'} argument(s), got {len(args)}")
+                          f"{op.arity if op.arity >= 0 else f'{_MIN_ARGS.get(name, 2)} or more'} argument(s), "
+                          f"got {len(args)}")
+    if step and name in ("var", "scan"):  # (what a step reads from outside is among its placeholders)
+        raise FormatError(f"symgrad JSON: node {k}: a scan's step holds no {name}: it reads only its placeholders")
+    arguments = tuple(built[i] for i in args)
+    _check_arguments(k, name, arguments)
     if name == "const":
-        if not (isinstance(payload, str) and _HEX.fullmatch(payload)):
-            raise FormatError(f"symgrad JSON: node {k}: a constant is written as float.hex() gives it "
-                              f"(such as '0x1.8p+0'), got {str(payload)[:40]!r}")
-        try:
-            payload = float.fromhex(payload)
-        except OverflowError:
-            raise FormatError(f"symgrad JSON: node {k}: the constant {payload[:40]} is too large for a float") \
-                from None
-    elif name == "var":
+        return _const(k, payload)
+    if name == "var":
         if not (isinstance(payload, str) and payload and payload.isprintable()):
             raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): a variable needs a "
                               "printable name")
     elif name == "scan":
-        return _scan(k, payload, tuple(built[i] for i in args))
+        return _scan(k, payload, arguments)
     elif name in _ROLLED_FORMS:
         payload = _rolled_payload(k, name, payload)
     elif payload is not None and not (name == "load" and payload == "guarded"):
         raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
                           "index, array, table, scatter, cumsum, scan and guarded loads have one")
-    arguments = tuple(built[i] for i in args)
     try:  # rolled nodes are built through their checked constructors: ranges, bound indices
-        if name == "load":
-            return rolled.subscript(arguments[0], arguments[1:], guarded=payload == "guarded")
-        if name == "tensor":
-            return rolled.tensor(*arguments)
-        if name in ("sum", "max", "min"):
-            return rolled.reduce(name, *arguments)
-        if name == "cumsum":
-            return rolled.cumsum(arguments[0], *payload)
-        if name == "scatter":
-            shape, n_addresses = payload
-            return rolled.scatter(arguments[0], arguments[1:1 + n_addresses], arguments[1 + n_addresses:], shape)
-        if name in _ROLLED_LEAVES:
-            return _ROLLED_LEAVES[name](*payload)
-    except (TypeError, ValueError, IndexError) as e:
-        raise FormatError(f"symgrad JSON: node {k} ({name}): {str(e)[:200]}") from None
+        return _built(name, op, arguments, payload, step)
+    except (TypeError, ValueError, IndexError, OverflowError) as e:
+        raise FormatError(f"symgrad JSON: node {k} ({name}): {_line(e)}") from None
+
+
+def _line(e: Exception) -> str:
+    """A constructor's error as one short line (its message may print expressions over several)."""
+    return " ".join(str(e).split())[:200]
+
+
+_MIN_ARGS = {"scan": 1, "scatter": 3}  # (other ops of any arity: loads, tensors take at least 2)
+
+
+def _const(k: int, payload: Any) -> Expr:
+    if not (isinstance(payload, str) and _HEX.fullmatch(payload)):
+        raise FormatError(f"symgrad JSON: node {k}: a constant is written as float.hex() gives it "
+                          f"(such as '0x1.8p+0'), got {str(payload)[:40]!r}")
+    try:
+        return apply(OPS["const"], (), float.fromhex(payload))
+    except OverflowError:
+        raise FormatError(f"symgrad JSON: node {k}: the constant {payload[:40]} is too large for a float") \
+            from None
+
+
+def _check_arguments(k: int, name: str, arguments: tuple) -> None:
+    """What the rolled constructors leave to their callers: an array where a scalar goes (a tensor,
+    a reduction or a scatter of arrays, an array as an address, as_index of one) or a bound that is
+    not a positive integer constant. (``apply`` refuses scalar ops on whole arrays itself.)"""
+    scalars = arguments if name == "as_index" else arguments[1:] if name == "load" else arguments[:1] \
+        if name in ("tensor", "scatter", "sum", "max", "min") else ()
+    for a in scalars:
+        if a.op.array_valued:
+            raise FormatError(f"symgrad JSON: node {k} ({name}) takes scalars, got the array {str(a)[:60]}")
+    if name == "as_index" and not (arguments[1].op.name == "const" and float(arguments[1].payload).is_integer()
+                                   and 1 <= arguments[1].payload < 2 ** 62):
+        raise FormatError(f"symgrad JSON: node {k} (as_index) needs a positive integer bound, got "
+                          f"{str(arguments[1])[:60]}")
+
+
+def _built(name: str, op: Any, arguments: tuple, payload: Any, step: bool) -> Expr:
+    """A node built by the constructor that checks it (rolled nodes), else by ``apply``."""
+    if name == "load":
+        return rolled.subscript(arguments[0], arguments[1:], guarded=payload == "guarded")
+    if name == "tensor":
+        return rolled.tensor(*arguments)
+    if name in ("sum", "max", "min"):
+        return rolled.reduce(name, *arguments)
+    if name == "cumsum":
+        return rolled.cumsum(arguments[0], *payload)
+    if name == "scatter":
+        shape, n_addresses = payload
+        if not shape or n_addresses != len(shape) or min(shape) < 1:
+            raise ValueError(f"a scatter's shape must be positive sizes, one per address, got {list(shape)}")
+        return rolled.scatter(arguments[0], arguments[1:1 + n_addresses], arguments[1 + n_addresses:], shape)
+    if name == "array" and step:
+        return _placeholder(*payload)
+    if name in _ROLLED_LEAVES:
+        return _ROLLED_LEAVES[name](*payload)
     return apply(op, arguments, payload)
+
+
+_ROLE = re.compile(r"scan#(c|x[0-9]{1,6}|k[0-9]{1,6})")
+
+
+def _placeholder(name: str, shape: tuple) -> Expr:
+    """An array in a step's document: one of the step's placeholders, named by its role."""
+    from symgrad.expr import scans
+
+    rolled.array(name, shape)  # (the checks of any array's name and shape)
+    if not _ROLE.fullmatch(name):
+        raise ValueError(f"a scan's step reads only its placeholders (scan#c, scan#x0, scan#k0, ...), not the "
+                         f"array {name[:40]!r}")
+    return scans.reserved(name, shape)
 
 
 _ROLLED_LEAVES = {"index": rolled.index, "array": rolled.array,

@@ -1,0 +1,120 @@
+"""sg.scan at its edges: a loop counted by ``length`` alone is one node when traced, zero steps give
+``init`` and empty ``ys`` (``lax.scan`` of length 0), a carry that changes shape is refused, and a
+user's array named like a step's placeholder stays an input of its own."""
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad.expr.traverse import count_nodes, topo_order
+
+RNG = np.random.default_rng(11)
+
+
+def complex_step_grad(f, x, eps=1e-30):
+    """The derivative to rounding (no cancellation, unlike finite differences over 1000 steps)."""
+    x = np.asarray(x, dtype=float)
+    return np.array([f(x + 1j * eps * e).imag / eps for e in np.eye(x.size)]).reshape(x.shape)
+
+
+def decay(w, n):
+    """A loop with no stacked input: a NumPy initial carry, a scalar leaf, outputs every step."""
+    def step(c, _):
+        h, s = c
+        h = np.sin(w * h) + 0.5
+        return (h, s + np.sum(h)), np.sum(h * w)
+    (h, s), ys = sg.scan(step, (np.ones(64), 0.0), length=n)
+    return np.sum(h ** 2) + s + np.sum(ys)
+
+
+def decay_loop(w, n):
+    h, s, total = np.ones(64, dtype=np.result_type(w, float)), 0.0, 0.0
+    for _ in range(n):
+        h = np.sin(w * h) + 0.5
+        s += np.sum(h)
+        total += np.sum(h * w)
+    return np.sum(h ** 2) + s + total
+
+
+@pytest.mark.parametrize("w", [0.7, np.linspace(-0.9, 0.9, 64)])  # element by element, and rolled
+def test_a_length_only_scan_is_one_node_when_traced(w):
+    vg = sg.value_and_grad(lambda w: decay(w, 1000), backend="vm")
+    value, g = vg(w)
+    trace = vg.trace(w)
+    assert count_nodes(trace.outputs[0][0]) < 300  # (12006 nodes as a Python loop)
+    roots = list(trace.compiled.program.roots)
+    assert sum(n.op.name == "scan" for n in topo_order(roots)) == 2  # the loop, and its gradient's backwards
+    assert value == pytest.approx(decay_loop(np.asarray(w), 1000), rel=1e-12)
+    np.testing.assert_allclose(g, complex_step_grad(lambda v: decay_loop(v, 1000), w), rtol=1e-10)
+
+
+def test_a_billion_steps_trace_at_once():
+    f = sg.jit(lambda w: sg.scan(lambda c, _: (c * w + 1.0, None), 1.0, length=10**9)[0], backend="vm")
+    program = f.trace(0.5).compiled.program
+    assert len(program) < 30 and "scan" in str(program)
+
+
+def test_eager_scans_stay_python_loops():
+    carry, ys = sg.scan(lambda c, _: (c * 0.5, c), 8.0, length=3)
+    assert carry == 1.0 and ys.tolist() == [8.0, 4.0, 2.0]
+    assert decay(0.7, 5) == pytest.approx(decay_loop(0.7, 5), rel=1e-14)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_zero_steps_give_init_and_empty_ys(reverse):
+    def step(c, x):
+        return {"h": c["h"] * x[0], "s": c["s"]}, (np.outer(c["h"], x), c["s"])
+
+    init = {"h": np.ones(2), "s": 3.0}
+    carry, (a, b) = sg.scan(step, init, np.zeros((0, 4)), reverse=reverse)
+    assert carry is init and a.shape == (0, 2, 4) and b.shape == (0,)
+    carry, ys = sg.scan(lambda c, _: (c + 1.0, c), np.zeros(3), length=0)
+    assert carry.tolist() == [0.0] * 3 and ys.shape == (0, 3)
+    with pytest.raises(TypeError, match="structure and shapes of init"):
+        sg.scan(lambda c, x: (np.ones(4), None), np.zeros(3), np.zeros((0, 2)))
+
+
+def test_zero_steps_inside_a_trace():
+    def f(w):
+        h, ys = sg.scan(lambda h, _: (np.tanh(w * h), np.sum(h)), w * 2.0, length=0)
+        return np.sum(h ** 2) + np.sum(ys)
+
+    w = RNG.normal(size=70)
+    value, g = sg.value_and_grad(f, backend="vm")(w)
+    assert value == pytest.approx(np.sum(4 * w ** 2), rel=1e-14)
+    np.testing.assert_allclose(g, 8 * w, rtol=1e-14)
+
+
+@pytest.mark.parametrize("n", [5, 100])  # element by element, and rolled
+def test_a_carry_that_changes_shape_is_refused(n):
+    def f(w, xs):
+        c, _ = sg.scan(lambda c, x: (np.sum(c * x) * w[:3], None), w[:2], xs)
+        return np.sum(c)
+
+    w, xs = RNG.normal(size=n), RNG.normal(size=(n, 2))
+    with pytest.raises(TypeError, match=r"structure and shapes of init: \(3,\) returned, \(2,\) expected"):
+        sg.grad(f, backend="vm")(w, xs)
+    with pytest.raises(TypeError, match=r"\(3,\) returned, \(2,\) expected"):
+        f(w, xs)
+    with pytest.raises(TypeError, match=r"\{'a': \(\)\} returned, \{'a': \(2,\)\} expected"):
+        sg.scan(lambda c, _: ({"a": 1.0}, None), {"a": np.ones(2)}, length=2)
+
+
+@pytest.mark.parametrize("name", ["scan#c", "scan#x0", "scan#k0", "scan#0"])
+def test_user_arrays_named_like_placeholders_are_inputs(name):
+    """A user's array called like a step's placeholder was the same node (hash-consing): numba and the
+    loop VM read the carry where the step reads the user's array."""
+    A, h0, X = sg.array(name, (8,)), sg.array("h0", 8), sg.array("X", (3, 8))
+    hT, ys = sg.scan(lambda h, x: (h * 0.5 + A * x, np.sum(A * h)), h0, X)
+    values = {A: RNG.normal(size=8), h0: RNG.normal(size=8), X: RNG.normal(size=(3, 8))}
+    h, expected = values[h0], []
+    for t in range(3):
+        expected.append(np.sum(values[A] * h))
+        h = h * 0.5 + values[A] * values[X][t]
+    got = sg.evaluate([hT, ys], values)
+    np.testing.assert_allclose(got[0], h, rtol=1e-14)
+    np.testing.assert_allclose(got[1], expected, rtol=1e-14)
+    for backend in ("vm", "numba", "python"):
+        f = sg.compile([hT, ys], [A, h0, X], backend=backend)
+        out = f(np.concatenate([values[A], values[h0], values[X].ravel()]))
+        np.testing.assert_allclose(out, np.concatenate([h, expected]), rtol=1e-13)
