@@ -413,11 +413,14 @@ def _signature(value: Any) -> Any:
     return treedef, tuple(sig)
 
 
-def _out_leaves(tree: Any, who: str) -> tuple[list[tuple[list[Expr], tuple]], Any]:
-    """What ``fn`` returned: ([(expressions, shape) per leaf], tree structure)."""
+def _out_leaves(tree: Any, who: str, indexed: bool = True) -> tuple[list[tuple[list[Expr], tuple]], Any]:
+    """What ``fn`` returned: ([(expressions, shape) per leaf], tree structure). Traced element by
+    element (not ``indexed``), a rolled array it returns (a scan's ys) comes as its elements."""
     leaves, treedef = pytree.flatten(tree)
     out = []
     for leaf in leaves:
+        if not indexed and ndarrays.is_array(leaf):
+            leaf = ndarrays.elements(leaf)
         arr = None if isinstance(leaf, Expr) else np.asarray(leaf, dtype=object)
         if arr is not None and not all(isinstance(v, Expr | float | int | np.number) for v in arr.ravel()):
             raise TypeError(f"{who}: the function returned {type(leaf).__name__}; return expressions, numbers, "
@@ -524,7 +527,7 @@ class Trace:
                                     f"got {type(result).__name__}")
                 result, aux = result
             self.exprs = result
-            self.outputs, self.out_tree = _out_leaves(result, who)
+            self.outputs, self.out_tree = _out_leaves(result, who, indexed)
             if indexed and not fresh and not integer:  # (element traces cannot gather through integer arguments)
                 _refuse_fragments([e for exprs, _ in self.outputs for e in exprs], who)
             self.aux, self.aux_tree = _out_leaves(aux, f"{who} (aux)") if owner.has_aux else ([], None)

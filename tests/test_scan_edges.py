@@ -118,3 +118,53 @@ def test_user_arrays_named_like_placeholders_are_inputs(name):
         f = sg.compile([hT, ys], [A, h0, X], backend=backend)
         out = f(np.concatenate([values[A], values[h0], values[X].ravel()]))
         np.testing.assert_allclose(out, np.concatenate([h, expected]), rtol=1e-13)
+
+
+def _fd(f, x, h=1e-6):
+    return np.array([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(x.size)]).reshape(x.shape)
+
+
+def test_ys_of_an_element_traced_scan_compare_and_take_ufuncs():
+    """Traced element by element (8 elements), a scan's ys were a plain object array: np.minimum,
+    comparisons and np.logaddexp on them failed (found by symgrad.fuzz)."""
+    x = RNG.normal(size=8)
+
+    def f(x):
+        c, ys = sg.scan(lambda c, r: (c + r, c), 0.0, x)
+        return np.sum(np.minimum(ys, 0.3)) + np.sum(np.logaddexp(ys, ys)) + np.sum(ys > 0.1)
+
+    value, grad = sg.value_and_grad(f, backend="python")(x)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(grad, _fd(f, x), rtol=1e-6, atol=1e-8)
+
+
+def test_a_scan_of_numbers_meets_element_traced_arrays():
+    """A length-only scan reading nothing traced is one rolled node inside an element trace too: where
+    its ys meet arrays traced element by element, they are read element by element (they were refused:
+    a NumPy object array combined with a traced array)."""
+    x = RNG.normal(size=8)
+
+    def f(x):
+        c, ys = sg.scan(lambda c, r: (c + 1.0, c), 0.0, length=5)
+        return np.sum(x[:5] * ys)
+
+    value, grad = sg.value_and_grad(f, backend="python")(x)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_array_equal(grad, [0, 1, 2, 3, 4, 0, 0, 0])
+    jac = sg.jacobian(lambda x: sg.scan(lambda c, r: (c + 1.0, c), 0.0, length=5)[1] * np.sum(x))(x)
+    np.testing.assert_array_equal(jac, np.outer(np.arange(5.0), np.ones(8)))
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_rows_a_step_never_reads_have_no_adjoint(backend):
+    """Their adjoint was an array of zeros, which sqrt's nan partial (w < 0) turned into nan."""
+    x, w = RNG.normal(size=64), np.array([-0.5, 0.7, -1.2])
+
+    def f(x, w):
+        _, ys = sg.scan(lambda c, r: (c, c), np.zeros(2), np.sqrt(w))
+        return np.sum(ys) + np.sum(x * x)
+
+    with np.errstate(invalid="ignore"):
+        _, (gx, gw) = sg.value_and_grad(f, argnums=(0, 1), backend=backend)(x, w)
+    np.testing.assert_array_equal(gw, np.zeros(3))
+    np.testing.assert_allclose(gx, 2 * x, rtol=1e-14)

@@ -28,7 +28,7 @@ from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, s
 from symgrad.expr.build import const
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import fresh_index, substitute_indices, value_range
+from symgrad.expr.rolled import substitute_indices, value_range
 
 BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noise (measured)
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
@@ -445,7 +445,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
     with the scalar reductions that ride along when it is one-dimensional."""
     first = group[0]
     k = first.payload[1] if first.op.name == "scatter" else 0
-    indices = tuple(fresh_index(i) for i in first.args[1 + k:])
+    indices = tuple(emitter.fresh_index(i) for i in first.args[1 + k:])
     sizes = [i.payload[1] for i in indices]
     joining = riding(riders, tuple(sizes))
     region = loops._Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})

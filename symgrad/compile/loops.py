@@ -33,7 +33,6 @@ from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import (
     affine,
-    fresh_index,
     index,
     shape_of,
     substitute_indices,
@@ -74,13 +73,19 @@ class _Region:
 class _Emitter:
     def __init__(self, buffers: dict[Expr, str], scalars: dict[Expr, str]) -> None:
         self.buffers, self.scalars = buffers, scalars  # array nodes -> buffer names; vars -> x[k]
-        self.count = 0
+        self.count = self.n_indices = 0
         self.children: dict[tuple, tuple] = {}
         self.integers: set[Expr] = set()  # nodes emitted as integer arithmetic
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
         return f"{prefix}{self.count}"
+
+    def fresh_index(self, i: Expr) -> Expr:
+        """A new index over ``i``'s range, named by this emitter's count (``i#L7``), not the process's:
+        the same program gives the same nodes, so the same source (and disk cache entry) each time."""
+        self.n_indices += 1
+        return index(f"{i.payload[0].split('#')[0]}#L{self.n_indices}", i.payload[1])
 
     def value(self, root: Expr, region: _Region) -> str:
         """The name (or literal) of ``root``'s value in ``region``, emitting what it needs."""
@@ -95,7 +100,7 @@ class _Emitter:
                 if not expanded:
                     body, i = node.args
                     if i in home.bound:  # the index is bound outside already: this loop gets its own
-                        j = fresh_index(i)
+                        j = self.fresh_index(i)
                         body, i = substitute_indices(body, {i: j}), j
                     loops = {**home.loops, i: self.fresh("i")}
                     child = _Region(home, home.bound | {i}, loops)
@@ -373,7 +378,7 @@ def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: 
     row before is read back, each element of a row independent of the others (vectorised). An
     operand in ``fused`` (cheap arithmetic read by nothing else) is computed in the loop itself."""
     (axis, reverse), shape, operand = node.payload, node.shape, node.args[0]
-    indices = tuple(fresh_index(index("s", n)) for n in shape)
+    indices = tuple(emitter.fresh_index(index("s", n)) for n in shape)
     levels, region = [], top
     for i in indices:
         region = _Region(region, region.bound | {i}, {**region.loops, i: emitter.fresh("i")})
@@ -405,7 +410,7 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     indices) or a scatter (adding at its addresses)."""
     first = group[0]
     k = 0 if first.op.name == "tensor" else first.payload[1]
-    indices = tuple(fresh_index(i) for i in first.args[1 + k:])  # fresh: no body binds them
+    indices = tuple(emitter.fresh_index(i) for i in first.args[1 + k:])  # fresh: no body binds them
     levels, region = [], top  # one region per loop: what varies over the outer indices only is hoisted
     for i in indices:
         region = _Region(region, region.bound | {i}, {**region.loops, i: emitter.fresh("i")})

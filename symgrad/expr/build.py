@@ -179,6 +179,28 @@ def _merge_wheres(op: ops.Op) -> Callable:
     return rule
 
 
+def _hoist_zeros(name: str) -> Callable:
+    """A reduction over i of where(c, p, 0), c not varying over i -> where(c, the reduction of p, 0)
+    (sums, max and min alike): the conditional zero stays outside, where the rule for * keeps a nan
+    partial of an untaken branch out (the adjoint of a reshaped where is such a sum)."""
+    def rule(body: Expr, i: Expr) -> Expr | None:
+        chain, inner = [], body  # the conditional zeros around the body, outermost first
+        while (side := _zero_where(inner)) is not None:
+            chain.append(inner)
+            inner = inner.args[side]
+        if all(i in w.args[0].free for w in chain):
+            return None
+        for w in reversed(chain):
+            if i in w.args[0].free:
+                inner = _push_into_where(w, lambda p, inner=inner: inner)
+        out = apply(ops.OPS[name], (inner, i))
+        for w in reversed(chain):
+            if i not in w.args[0].free:
+                out = _push_into_where(w, lambda p, out=out: out)
+        return out
+    return rule
+
+
 def _mul_where(a: Expr, b: Expr) -> Expr | None:
     out = _push_into_where(b, lambda p: a * p)
     return out if out is not None else _push_into_where(a, lambda p: p * b)
@@ -237,6 +259,7 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
         lambda c, a, b: ops.where(c, a, b.args[2]) if _of(b, "where") and b.args[0] is c else None,
     ),
     "stop_gradient": (lambda a: a if _of(a, "stop_gradient") else None,),
+    **{name: (_hoist_zeros(name),) for name in ("sum", "max", "min")},
 }
 
 

@@ -101,13 +101,31 @@ def _has_array(values: Any) -> bool:
                for v in values)
 
 
+def _has_objects(values: Any) -> bool:
+    """Whether an array traced element by element (an object array) is among ``values``."""
+    return any(isinstance(v, np.ndarray) and v.dtype == object or isinstance(v, list | tuple) and _has_objects(v)
+               for v in values)
+
+
+def _as_elements(values: Any) -> Any:
+    """``values`` with each rolled array an object array of its elements (see ndarrays.elements)."""
+    if isinstance(values, list | tuple):
+        return type(values)(_as_elements(v) for v in values)
+    return SymArray.view(ndarrays.elements(values), SymArray) if isinstance(values, Expr) and \
+        values.op.array_valued else values
+
+
 def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    if _has_array(inputs) and _has_objects(inputs):  # beside an element trace's arrays: element by element
+        inputs = _as_elements(inputs)
     if _has_array(inputs):  # a rolled array: NumPy's meaning, as indexed expressions
         return ndarrays.array_ufunc(ufunc, method, inputs, kwargs, arrays.ELEMENTWISE)
     return arrays.array_ufunc(ufunc, method, inputs, kwargs)
 
 
 def _array_function(self: Any, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+    if (_has_array(args) or _has_array(kwargs.values())) and (_has_objects(args) or _has_objects(kwargs.values())):
+        args, kwargs = _as_elements(args), dict(zip(kwargs, _as_elements(tuple(kwargs.values()))))
     if _has_array(args) or _has_array(kwargs.values()):
         return ndarrays.array_function(func, args, kwargs)
     return arrays.array_function(func, args, kwargs)

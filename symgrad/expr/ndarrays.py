@@ -74,6 +74,16 @@ def capturing() -> Iterator[dict]:
         _captured.arrays = None
 
 
+def tracing() -> bool:
+    """Whether a function is being traced (its NumPy constants captured): a scan there is a node.
+
+    >>> with capturing():
+    ...     tracing()
+    True
+    """
+    return _captured.arrays is not None
+
+
 @contextmanager
 def observing() -> Iterator[list]:
     """While tracing: every NumPy array of numbers that meets a traced value (rolled or element by
@@ -139,6 +149,26 @@ def holds_integers(value: Any) -> bool:
     if isinstance(value, Expr):
         return value in _captured.integers
     return not isinstance(value, bool | np.bool_) and np.asarray(value).dtype.kind in "iu"
+
+
+ELEMENTS_MAX = 4096  # the largest rolled array read element by element beside an element trace's arrays
+
+
+def elements(arr: Expr) -> np.ndarray:
+    """The rolled array ``arr`` as an object array of its elements (loads at constant addresses), to
+    meet arrays traced element by element (a scan's ys in a function of small arrays).
+
+    >>> import symgrad as sg
+    >>> elements(sg.array("x", 2)).tolist()
+    [x[0], x[1]]
+    """
+    if math.prod(arr.shape) > ELEMENTS_MAX:
+        raise TracingError(f"the rolled array {str(arr)[:60]} of shape {arr.shape} meets arrays traced element "
+                           f"by element: it has more than {ELEMENTS_MAX} elements to read one by one")
+    out = np.empty(arr.shape, dtype=object)
+    for at in np.ndindex(arr.shape):
+        out[at] = rolled.subscript(arr, at)
+    return out
 
 
 def operand(a: Any) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from symgrad import pytree
-from symgrad.expr import batching, ndarrays, ops, rolled
+from symgrad.expr import batching, functions, ndarrays, ops, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
@@ -213,17 +213,12 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
         return _empty(f, init, init_tree, x_leaves, x_tree)
     if any(ndarrays.is_array(v) for v in init_leaves + x_leaves):
         return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
-    if _tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
+    if ndarrays.tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
         try:  # one node, whatever the length (a Python loop would add a step's nodes per step)
             return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
         except TracingError:  # the step reads values traced element by element: only the loop has them
             pass
     return _loop(f, init, init_tree, x_leaves, x_tree, n, reverse)
-
-
-def _tracing() -> bool:
-    """Whether a function is being traced (its NumPy constants captured): a scan there is a node."""
-    return ndarrays._captured.arrays is not None
 
 
 def _rollable(v: Any) -> bool:
@@ -261,7 +256,7 @@ def _stacked(values: list) -> Any:
         out = np.empty((len(values), *np.shape(values[0])), dtype=object)
         for t, v in enumerate(values):
             out[t] = v
-        return out
+        return functions.wrap(out)  # (a SymArray: NumPy's comparisons and ufuncs on it build nodes)
     return np.array(values, dtype=float)
 
 
@@ -400,6 +395,9 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
             one = whole
         return bars
     length, reverse, step, init, stacks, consts = _parts(node)
+    # A row or an array the step never reads has no adjoint (not zeros, which a nan partial would spoil).
+    read = set(topo_order([step.body]))
+    wanted = [wanted[0], *(w and p in read for w, p in zip(wanted[1:], (*step.xs, *step.consts)))]
     g = placeholder(step.carry.shape)
     back = grad(ndarrays.reduce("sum", g * step.body), step.carry)
     before, after = _rows(node, reverse, after=False), _rows(node, reverse, after=True)
