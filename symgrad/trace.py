@@ -422,6 +422,9 @@ def _out_leaves(tree: Any, who: str, indexed: bool = True) -> tuple[list[tuple[l
         if not indexed and ndarrays.is_array(leaf):
             leaf = ndarrays.elements(leaf)
         arr = None if isinstance(leaf, Expr) else np.asarray(leaf, dtype=object)
+        if arr is not None and any(ndarrays.is_array(v) for v in arr.ravel()):  # np.array([x, 2 * x]) of arrays
+            raise TracingError(f"{who}: the function returned an array of traced arrays (np.array of arrays "
+                               "traced rolled): its shape is not NumPy's; use np.stack")
         if arr is not None and not all(isinstance(v, Expr | float | int | np.number) for v in arr.ravel()):
             raise TypeError(f"{who}: the function returned {type(leaf).__name__}; return expressions, numbers, "
                             "arrays of them, or tuples / lists / dicts of those")

@@ -165,3 +165,62 @@ def test_a_nan_partial_in_an_untaken_branch_stays_out_of_the_gradient(outer):
         assert not np.isnan(grad).any()
         np.testing.assert_allclose(grad, want, rtol=1e-6, atol=1e-8)
     _agree(f, (x,))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt")
+def test_a_conditional_zero_read_through_a_table_stays_out_of_the_scatter():
+    """where(x > .1, sqrt(x), 0)[3 * arange(n) % n]: the adjoint scatters through the table; the
+    condition reads x at the same addresses, so it is a condition on the target, read outside the
+    scatter (nan in half the gradient before: sqrt's partial times a scattered zero)."""
+    x = X[:64]
+    f = lambda x: np.sum(np.where(x > 0.1, np.sqrt(x), 0.0)[3 * np.arange(64) % 64])  # noqa: E731
+    for backend in ("python", "vm"):
+        grad = sg.value_and_grad(f, backend=backend)(x)[1]
+        np.testing.assert_allclose(grad, np.where(x > 0.1, 0.5 / np.sqrt(np.abs(x)), 0.0), rtol=1e-14)
+    _agree(f, (x,))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in sqrt")
+@pytest.mark.parametrize("name", ["broadcast row", "self product", "minus a row"])
+def test_a_masked_value_read_at_several_sites_keeps_nan_partials_out(name):
+    """where(x > .1, sqrt(x), 0) read at two sites: its adjoint is a sum of two masked terms, which
+    times sqrt's partial (nan where x < 0) was nan; found by symgrad.fuzz."""
+    fn = {"broadcast row": lambda x: np.sum((v := np.where(x > 0.1, np.sqrt(x), 0.0)) * v[:1]),
+          "self product": lambda x: np.sum((v := np.where(x > 0.1, np.sqrt(x), 0.0)).reshape(8, 8)
+                                           @ v.reshape(8, 8).T),
+          "minus a row": lambda x: np.sum((v := np.where(x > 0.1, np.sqrt(x), 0.0)) - v[:1] * v[1:2])}[name]
+    x = X[:64]
+    h, E = 1e-6, np.eye(64)
+    with np.errstate(invalid="ignore"):
+        want = np.array([(fn(x + h * e) - fn(x - h * e)) / (2 * h) for e in E])  # (flat where x < 0.1)
+    for backend in ("python", "vm"):
+        np.testing.assert_allclose(sg.value_and_grad(fn, backend=backend)(x)[1], want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_product_whose_operands_were_planned_again_stays_a_product():
+    """A matrix product whose operand the planner rebuilt (a sum down columns made row by row) was
+    turned into a scatter while still listed as a BLAS product (a KeyError in both compiled backends)."""
+    x = np.random.default_rng(566368857).normal(size=64)
+
+    def f(x):
+        v = np.stack([1.0 + x ** 2, 1.0 + x ** 2], axis=1)
+        return np.sum(np.sin(v @ v.T - np.sum(v @ v.T, axis=0)))
+
+    _agree(f, (x,), ("python", "vm", "numba"))
+
+
+def test_std_over_an_axis_of_one_element():
+    """np.std over an axis of length 1 is identically 0: x - mean(x) folds (a reduction over one element
+    is that element); its gradient was nan (sqrt's partial at 0 times a zero that did not fold)."""
+    X2 = np.random.default_rng(2).random((1, 70))
+    for backend in ("python", "vm"):
+        np.testing.assert_array_equal(sg.grad(lambda X: np.sum(np.std(X, axis=0)), backend=backend)(X2),
+                                      np.zeros((1, 70)))
+
+
+def test_an_array_of_traced_arrays_returned_has_numpys_shape():
+    """np.array([x, 2 * x]) returned from a rolled trace came back as two numbers."""
+    x = np.arange(72.0).reshape(8, 9)
+    np.testing.assert_array_equal(sg.jit(lambda x: np.array([x, 2 * x]), backend="python")(x), [x, 2 * x])
+    np.testing.assert_array_equal(sg.jit(lambda x: np.array([[2 * x, x + 1], [x, x]]))(x),
+                                  [[2 * x, x + 1], [x, x]])

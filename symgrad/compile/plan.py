@@ -56,7 +56,8 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     outputs, renamed = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
                                 if node in bodies else None)
     products = {renamed.get(p, p) for p in products}
-    outputs, renamed = _rewrite(outputs, lambda node, new: None if new in products else _by_rows(new))
+    outputs, renamed = _rewrite(outputs, lambda node, new: None if node in products or new in products
+                                else _by_rows(new))  # (a product whose operands were rebuilt stays one)
     return outputs, {renamed.get(p, p) for p in products}
 
 

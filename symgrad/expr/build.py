@@ -206,9 +206,32 @@ def _mul_where(a: Expr, b: Expr) -> Expr | None:
     return out if out is not None else _push_into_where(a, lambda p: p * b)
 
 
+def _mul_masked_sum(a: Expr, b: Expr) -> Expr | None:
+    """x * (where(c1, p, 0) + where(c2, q, 0)) -> where(c1, x*p, 0) + where(c2, x*q, 0), up to
+    ``MASKED_TERMS`` terms: an adjoint gathered from several masked sites times a nan partial (sqrt's
+    where its branch is not taken) stays 0 where every mask is off."""
+    for total, x in ((b, a), (a, b)):
+        terms, stack = [], [total]
+        while stack and len(terms) <= MASKED_TERMS:
+            node = stack.pop()
+            if node.op is ops.add:
+                stack += node.args
+            else:
+                terms.append(node)
+        if total.op is ops.add and not stack and len(terms) <= MASKED_TERMS and all(map(_zero_where, terms)):
+            out = _push_into_where(terms[0], lambda p, x=x: x * p)
+            for t in terms[1:]:
+                out = out + _push_into_where(t, lambda p, x=x: x * p)
+            return out
+    return None
+
+
+MASKED_TERMS = 4
+
+
 # The rules only fire when an argument is one of these ops, or two arguments are one node;
 # a rule that looks at another kind of argument must add its op here.
-_LOOKED_AT = {_CONST, ops.neg, ops.sub, ops.where, ops.stop_gradient}
+_LOOKED_AT = {_CONST, ops.neg, ops.sub, ops.where, ops.stop_gradient, ops.add}
 
 RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
     "add": (
@@ -236,6 +259,7 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
         lambda a, b: ops.neg(a.args[0] * b) if _of(a, "neg") else None,
         lambda a, b: ops.neg(a * b.args[0]) if _of(b, "neg") else None,
         _mul_where,
+        _mul_masked_sum,
     ),
     "div": (
         lambda a, b: a if _is(b, 1.0) else None,

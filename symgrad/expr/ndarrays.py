@@ -262,7 +262,8 @@ def elementwise(fn: Any, args: tuple) -> Any:
             values.append(a)
             continue
         k = len(out) - len(s)
-        values.append(element(a, tuple(J[k + d] if s[d] == out[k + d] else const(0.0) for d in range(len(s)))))
+        # (an axis of one element is read at 0: the same node as a reduction over it, so x - mean(x) folds)
+        values.append(element(a, tuple(J[k + d] if s[d] == out[k + d] > 1 else const(0.0) for d in range(len(s)))))
     return rolled.tensor(fn(*values), *J)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from symgrad.expr import interp, ops
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr, intern
-from symgrad.expr.traverse import topo_order
+from symgrad.expr.traverse import substitute, topo_order
 
 INDEX_LIMIT = 2**53  # index values, array sizes and sizes of axes stay below: exact as floats and as int64
 
@@ -201,6 +201,8 @@ def reduce(name: str, body: Any, i: Expr) -> Expr:
     body = body if isinstance(body, Expr) else intern(ops.OPS["const"], (), float(body))
     if _is_array(body):
         raise TypeError(f"{name}: the body must be a scalar expression, got the array {body}")
+    if i.payload[1] == 1:  # over one element: that element (so x - mean(x) over an axis of one folds to 0)
+        return substitute_indices(body, {i: intern(ops.OPS["const"], (), 0.0)})
     return apply(ops.OPS[name], (body, i))
 
 
@@ -349,9 +351,45 @@ def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict
             if outer:
                 raise NotImplementedError(f"a Jacobian through the gather {load} (a table or a map that cannot be "
                                           "inverted) is not available: differentiate sg.unroll(...) instead")
-            term = apply(ops.load, (_scatter(arr, load, w), *targets))
+            term = _scattered(arr, load, w, targets)
         total = term if total is None else total + term
     return total
+
+
+def _scattered(arr: Expr, load: Expr, w: Expr, targets: tuple) -> Expr:
+    """The scatter of ``w`` at the load's addresses, read at ``targets``. A conditional zero around w
+    whose condition reads arrays of arr's shape only at those same addresses (``where(x[p[k]] > 0,
+    ..., 0)`` for a load of ``x[p[k]]``) is a condition on the target: it is read there, outside the
+    scatter, where the rule for * keeps a nan partial of an untaken branch out of the gradient."""
+    moved = []
+    while (side := _zero_side(w)) is not None:
+        at_target = _at_target(w.args[0], load, arr.shape, targets)
+        if at_target is None:
+            break
+        moved.append((at_target, side))
+        w = w.args[side]
+    term = apply(ops.load, (_scatter(arr, load, w), *targets))
+    for condition, side in reversed(moved):
+        term = ops.where(condition, term, 0.0) if side == 1 else ops.where(condition, 0.0, term)
+    return term
+
+
+def _zero_side(w: Expr) -> int | None:
+    """For where(c, p, 0) -> 1, where(c, 0, q) -> 2, else None: the live branch."""
+    zero = [a.op.name == "const" and a.payload == 0.0 for a in w.args[1:]] if w.op.name == "where" else []
+    return None if not zero or zero == [True, True] else 1 if zero[1] else 2 if zero[0] else None
+
+
+def _at_target(condition: Expr, load: Expr, shape: tuple, targets: tuple) -> Expr | None:
+    """``condition`` with its loads at the load's addresses read at ``targets`` instead, or None where
+    it still varies over the load's indices (it reads something else that varies)."""
+    same = lambda n: len(n.args) == len(load.args) and all(a is b for a, b in zip(n.args[1:], load.args[1:]))  # noqa: E731
+    moved = {n: apply(ops.load, (n.args[0], *targets)) for n in topo_order([condition])
+             if n.op.name == "load" and n.payload is None and n.args[0].shape == shape and same(n)}
+    if not moved:
+        return None
+    out = substitute(condition, moved)
+    return None if out.free.intersection(load.free) else out
 
 
 def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> Expr | None:
