@@ -1118,7 +1118,7 @@ def minimise(d: Disagreement, backends: tuple[str, ...] = ("python", "vm"), seco
 
     >>> p = Program("def f(x):\\n    v1 = np.sin(x)\\n    return np.sum(v1 * x)\\n", ((64,),), (0,))
     >>> bad = lambda prog, f, xs: (0.0, [np.zeros(64)], True, "vm")   # a planted bug: everything 0
-    >>> d = check(p, runners={"vm": bad})[0][0]
+    >>> (d, *_), status = check(p, runners={"vm": bad})
     >>> minimise(d, runners={"vm": bad}).program.source
     'def f(x):\\n    return np.sum(x)\\n'
     """
