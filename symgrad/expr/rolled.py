@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import interp, ops
-from symgrad.expr.build import apply
+from symgrad.expr.build import _zero_where, apply
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.traverse import substitute, topo_order
 
@@ -362,7 +362,7 @@ def _scattered(arr: Expr, load: Expr, w: Expr, targets: tuple) -> Expr:
     ..., 0)`` for a load of ``x[p[k]]``) is a condition on the target: it is read there, outside the
     scatter, where the rule for * keeps a nan partial of an untaken branch out of the gradient."""
     moved = []
-    while (side := _zero_side(w)) is not None:
+    while (side := _zero_where(w)) is not None:
         at_target = _at_target(w.args[0], load, arr.shape, targets)
         if at_target is None:
             break
@@ -370,14 +370,8 @@ def _scattered(arr: Expr, load: Expr, w: Expr, targets: tuple) -> Expr:
         w = w.args[side]
     term = apply(ops.load, (_scatter(arr, load, w), *targets))
     for condition, side in reversed(moved):
-        term = ops.where(condition, term, 0.0) if side == 1 else ops.where(condition, 0.0, term)
+        term = _masked(condition, side, term)
     return term
-
-
-def _zero_side(w: Expr) -> int | None:
-    """For where(c, p, 0) -> 1, where(c, 0, q) -> 2, else None: the live branch."""
-    zero = [a.op.name == "const" and a.payload == 0.0 for a in w.args[1:]] if w.op.name == "where" else []
-    return None if not zero or zero == [True, True] else 1 if zero[1] else 2 if zero[0] else None
 
 
 def _at_target(condition: Expr, load: Expr, shape: tuple, targets: tuple) -> Expr | None:
@@ -429,8 +423,7 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     A conditional zero around w (``where(c, y, 0)``) stays outside what is materialised, so the
     rule ``x * where(c, y, 0) -> where(c, x*y, 0)`` still keeps a nan partial out where c fails."""
     zeros = []  # the conditional zeros around w, outermost first: (condition, the side y is on)
-    while w.op.name == "where" and any(a.op.name == "const" and a.payload == 0.0 for a in w.args[1:]):
-        taken = 1 if w.args[2].op.name == "const" and w.args[2].payload == 0.0 else 2
+    while (taken := _zero_where(w)) is not None:
         zeros.append((w.args[0], taken))
         w = w.args[taken]
     # Over what w varies over (not broadcast along the load's other indices), in the order the
@@ -442,9 +435,13 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     else:
         term = apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
     for condition, taken in reversed(zeros):
-        condition = substitute_indices(condition, solved)
-        term = ops.where(condition, term, 0.0) if taken == 1 else ops.where(condition, 0.0, term)
+        term = _masked(substitute_indices(condition, solved), taken, term)
     return term
+
+
+def _masked(condition: Expr, side: int, term: Expr) -> Expr:
+    """``term`` where ``condition`` holds (``side`` 1) or fails (2), else 0."""
+    return ops.where(condition, term, 0.0) if side == 1 else ops.where(condition, 0.0, term)
 
 
 def costly(node: Expr) -> bool:
