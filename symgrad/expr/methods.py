@@ -111,7 +111,7 @@ def _as_elements(values: Any) -> Any:
     """``values`` with each rolled array an object array of its elements (see ndarrays.elements)."""
     if isinstance(values, list | tuple):
         return type(values)(_as_elements(v) for v in values)
-    return SymArray.view(ndarrays.elements(values), SymArray) if isinstance(values, Expr) and \
+    return functions.wrap(ndarrays.elements(values)) if isinstance(values, Expr) and \
         values.op.array_valued else values
 
 
