@@ -38,9 +38,7 @@ def solve(label, **kw):
 print(f"{'method':<46} {'iters':>6} {'f evals':>7} {'time':>10}")
 res_newton, t_newton = solve("Newton-CG, symgrad gradient + sparse Hessian", fun=vg, jac=True, hess=hess,
                              method="Newton-CG", options=dict(xtol=1e-10, maxiter=5000))
-res_trust, _ = solve("trust-constr, symgrad gradient + sparse Hessian", fun=vg, jac=True, hess=hess,
-                     method="trust-constr", options=dict(gtol=1e-8, xtol=1e-12, maxiter=5000))
-CAP = 300  # finite differences cost n + 1 evaluations per gradient: compare the first CAP iterations
+CAP = 100  # finite differences cost n + 1 evaluations per gradient: compare the first CAP iterations
 _, t_lbfgs = solve(f"L-BFGS-B, symgrad gradient ({CAP} iterations)", fun=vg, jac=True, method="L-BFGS-B",
                    options=dict(maxiter=CAP))
 _, t_fd = solve(f"L-BFGS-B, finite differences ({CAP} iterations)", fun=scipy.optimize.rosen,
@@ -48,4 +46,4 @@ _, t_fd = solve(f"L-BFGS-B, finite differences ({CAP} iterations)", fun=scipy.op
 print(f"same {CAP} L-BFGS-B iterations: symgrad's gradient {t_fd / t_lbfgs:.0f}x faster than finite differences; "
       f"the full Newton-CG solve with the sparse Hessian took {t_newton / t_fd:.2f}x the time of those {CAP} "
       "finite-difference iterations")
-assert np.allclose(res_newton.x, 1.0, atol=1e-6) and np.allclose(res_trust.x, 1.0, atol=1e-6)
+assert np.allclose(res_newton.x, 1.0, atol=1e-6)

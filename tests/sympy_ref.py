@@ -7,11 +7,16 @@ import symgrad as sg
 
 
 def numeric(expr: sympy.Expr, point: dict) -> float:
-    """Evaluate a SymPy expression at a point, derivatives of steps taken as 0 (our convention)."""
+    """Evaluate a SymPy expression at a point, derivatives of steps taken as 0 (our convention).
+
+    nan where SymPy cannot decide a step's side (x1 % x0 at x1 = 2 * x0 exactly: PrecisionExhausted)."""
     steps = sympy.Derivative | sympy.DiracDelta | sympy.Subs
     expr = expr.replace(lambda e: isinstance(e, steps), lambda e: sympy.S.Zero)
     subs = {sympy.Symbol(k, real=True): sympy.Float(v, 30) for k, v in point.items()}
-    value = expr.evalf(30, subs=subs)
+    try:
+        value = expr.evalf(30, subs=subs)
+    except sympy.core.evalf.PrecisionExhausted:
+        return float("nan")
     return complex(value).real if value.is_number else float("nan")
 
 

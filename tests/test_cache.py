@@ -296,3 +296,35 @@ def test_programs_past_the_cap_run_on_the_vm(monkeypatch):
     again = sg.compile(x * y + 8.5, [x, y], backend="numba")  # already loaded: still Numba
     assert (first.backend, second.backend, again.backend) == ("numba", "vm", "numba")
     assert (first([2.0, 3.0]), second([2.0, 3.0])) == (14.5, 15.5)
+
+
+def test_a_compile_in_the_background_never_stalls_loading_or_compiling_another_module():
+    """Tiered compilation compiles one program's loops in a thread while the caller builds the next:
+    loading (and typing) another module must not wait for that compile (it once waited on one lock)."""
+    import threading
+
+    slow = cache.load("t_slow_compile", "import numba\n\n@numba.njit\ndef f(x):\n    return x + 1.0\n")
+    entered, release = threading.Event(), threading.Event()
+    compile_ = slow.f.compile
+
+    def stalled(signature):
+        entered.set()
+        release.wait(60)
+        return compile_(signature)
+
+    slow.f.compile = stalled
+    background = threading.Thread(target=cache.typed, args=(slow, "f", (numba.float64,)))
+    background.start()
+    try:
+        assert entered.wait(30)
+        done = []
+        other = threading.Thread(target=lambda: done.append(cache.typed(cache.load(
+            "t_other_compile", "import numba\n\n@numba.njit\ndef g(x):\n    return x * 2.0\n"), "g",
+            (numba.float64,))(3.0)))
+        other.start()
+        other.join(60)  # (a deadline for a deadlock, not a timing)
+        assert done == [6.0]
+    finally:
+        release.set()
+        background.join(60)
+    assert slow.f(1.0) == 2.0

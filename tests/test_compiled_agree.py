@@ -224,3 +224,15 @@ def test_an_array_of_traced_arrays_returned_has_numpys_shape():
     np.testing.assert_array_equal(sg.jit(lambda x: np.array([x, 2 * x]), backend="python")(x), [x, 2 * x])
     np.testing.assert_array_equal(sg.jit(lambda x: np.array([[2 * x, x + 1], [x, x]]))(x),
                                   [[2 * x, x + 1], [x, x]])
+
+
+def test_np_max_over_ties_shares_evenly_rolled_or_element_by_element():
+    """Inputs rounded to whole numbers tie: the element trace's pairwise reduce (a tree of maxima is
+    one max) shares the derivative evenly among them as the rolled max does, not 1/2, 1/4, ..."""
+    v = np.clip(np.round(X), -2.0, 1.0)
+    fn = lambda v: np.max(v) * 3 + np.min(np.sin(v))  # noqa: E731
+    _agree(fn, (v,))
+    g = _element(fn, (v,), (0,))[1][0]
+    top, low = v == v.max(), np.sin(v) == np.sin(v).min()
+    assert top.sum() >= 3 and low.sum() >= 3
+    np.testing.assert_allclose(g, 3 * top / top.sum() + np.cos(v) * low / low.sum(), rtol=1e-15)

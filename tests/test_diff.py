@@ -85,6 +85,33 @@ def test_kink_conventions():
     assert d(sg.where(x > 0, x ** 2, -x), 0.0) == -1.0 and d(sg.where(x > 0, x ** 2, -x), 2.0) == 4.0
 
 
+@pytest.mark.parametrize("op", [sg.maximum, sg.minimum])
+def test_a_tree_of_max_shares_its_derivative_evenly_among_ties_however_nested(op):
+    """max(max(x, y), z) at x = y = z: 1/3 each, as np.max's (JAX, autograd), not 1/4, 1/4, 1/2."""
+    w = sg.Var("w")
+    nestings = [op(op(x, y), z), op(x, op(y, z)), op(op(z, x), y)]
+    at = {x: 2.0, y: 2.0, z: 2.0}
+    for f in nestings:
+        assert sg.evaluate(sg.grad(f, [x, y, z]), at) == [1 / 3] * 3
+        assert sg.evaluate(sg.jvp(f, [x, y, z], [1.0, 10.0, 100.0]), at) == pytest.approx(37.0, rel=1e-15)
+        assert sg.evaluate(sg.grad(f, [x, y, z]), {**at, y: 3.0 if op is sg.maximum else 1.0}) == [0, 1, 0]
+    g = op(op(x, y), op(z, w))  # two ties of four leaves
+    assert sg.evaluate(sg.grad(g, [x, y, z, w]), {x: 1.0, y: 5.0, z: 5.0, w: 1.0 if op is sg.maximum else 9.0}) \
+        == ([0, 0.5, 0.5, 0] if op is sg.maximum else [1, 0, 0, 0])
+    shared = op(x, y)  # used twice: a leaf of the tree above it, with a derivative of its own
+    assert sg.evaluate(sg.grad(op(shared, z) + shared, [x, y, z]), at) == [0.75, 0.75, 0.5]
+
+
+def test_a_running_max_keeps_a_gradient_graph_linear_in_its_length():
+    """Each partial maximum is used again (summed), so no tree reaches past one node: no n**2 shares."""
+    v = sg.vector("v", 2000)
+    m, total = v[0], 0
+    for k in range(1, 2000):
+        m = sg.maximum(m, v[k])
+        total = total + m
+    assert sg.count_nodes(sg.grad(total, list(v))) < 20 * 2000
+
+
 def test_where_gradient_is_not_poisoned_by_the_untaken_branch():
     f = sg.where(x > 0, sg.sqrt(x), 0)
     g = sg.diff(f, x)

@@ -3,7 +3,7 @@
 import numpy as np
 import sympy
 from graphs import VARS, dags, finite, points
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from sympy_ref import close, numeric
 
@@ -25,12 +25,14 @@ def _finite_throughout(f, point) -> bool:
 
 @settings(max_examples=120, **SETTINGS)
 @given(dags(), points)
-def test_grad_matches_sympy(f, p):
+@example(f=VARS[0] + VARS[1] % VARS[0], p=[0.1234567, 0.2469134, 0.37037010000000004])  # SymPy: "failed to
+def test_grad_matches_sympy(f, p):  # distinguish re(x1/x0) - 2 from zero"
     point = _at(p)
     g = sg.evaluate(sg.grad(f, VARS), point)
     assume(finite(sg.evaluate(f, point), g) and _finite_throughout(f, point))
     s = sg.to_sympy(f)
     ref = [numeric(sympy.diff(s, sympy.Symbol(v.name, real=True)), point) for v in VARS]
+    assume(finite(ref))  # (not on a step SymPy cannot place the point on either side of)
     assert close(g, ref, rtol=1e-6, atol=1e-8), (str(f), g, ref)
 
 
@@ -43,6 +45,7 @@ def test_hessian_matches_sympy(f, p):
     s = sg.to_sympy(f)
     syms = [sympy.Symbol(v.name, real=True) for v in VARS]
     ref = [[numeric(sympy.diff(s, a, b), point) for b in syms] for a in syms]
+    assume(finite(ref))
     assert close(H, ref, rtol=1e-6, atol=1e-7), str(f)
 
 

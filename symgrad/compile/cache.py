@@ -54,7 +54,8 @@ if llvmlite.binding.llvm_version_info >= (21,):
 
 # Modules loaded in this process, held strongly: their machine code stays in memory anyway.
 _LOADED: dict[str, ModuleType] = {}
-_LOCK = threading.RLock()
+_LOCK = threading.RLock()  # held briefly: never while Numba compiles (a background compile would stall all)
+_COMPILING: dict[str, threading.RLock] = {}  # a module's name -> held while one of its kernels compiles
 DEFAULT_SIZE = 256 * 2**20
 DEFAULT_MAX_PROGRAMS = 256
 _EVICT_EVERY = 32  # new entries written by this process between two eviction passes
@@ -63,6 +64,8 @@ _EVICT_EVERY = 32  # new entries written by this process between two eviction pa
 def _after_fork() -> None:
     global _LOCK
     _LOCK = threading.RLock()  # a thread of the parent may have held it at the fork
+    for name in _COMPILING:
+        _COMPILING[name] = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -224,6 +227,7 @@ def load(name: str, text: str) -> ModuleType:
     with _LOCK:
         if name not in _LOADED:
             _LOADED[name] = _load(name, text)
+            _COMPILING[_LOADED[name].__name__] = threading.RLock()
         return _LOADED[name]
 
 
@@ -363,7 +367,7 @@ def typed(module: ModuleType, name: str, signature: tuple) -> Any:
     2.0
     """
     dispatcher = getattr(module, name)
-    with _LOCK:
+    with _COMPILING.get(module.__name__, _LOCK):
         if not getattr(dispatcher, "_symgrad_frozen", False):
             with _registered(module):
                 dispatcher.compile(signature)

@@ -212,7 +212,7 @@ def _mul_masked_sum(a: Expr, b: Expr) -> Expr | None:
     where its branch is not taken) stays 0 where every mask is off."""
     for total, x in ((b, a), (a, b)):
         terms, stack = [], [total]
-        while stack and len(terms) <= MASKED_TERMS:
+        while stack and len(terms) + len(stack) <= MASKED_TERMS:  # (each on the stack holds a term or more)
             node = stack.pop()
             if node.op is ops.add:
                 stack += node.args

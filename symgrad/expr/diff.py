@@ -8,6 +8,7 @@ partials come from the op table; hash-consing shares every node it can.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -54,21 +55,55 @@ def _partial(node: Expr, i: int) -> Expr | None:
     return None if p is _ZERO else p
 
 
+class _Trees:
+    """Trees of ``maximum`` (or of ``minimum``) nodes whose inner nodes have one use in the graph
+    ``order``: each is one max / min of its leaves, its derivative shared evenly among the leaves
+    equal to it (as a max reduction's, JAX's and autograd's), not 1/2, 1/4, 1/4 down the tree by
+    how it was nested (np.max of an element-traced array is NumPy's pairwise reduce). Forward and
+    reverse mode read the same trees: the uses are counted over the whole graph of a transform."""
+
+    def __init__(self, order: list[Expr]) -> None:
+        self.order: list[Expr] = order
+        self.uses: Counter | None = None  # counted when the first candidate comes
+
+    def shares(self, node: Expr) -> list[tuple[Expr, Expr]] | None:
+        """(leaf, d node / d leaf) for a tree of three leaves or more rooted at ``node``, else None."""
+        if node.op.name not in ("maximum", "minimum") or not any(a.op is node.op for a in node.args):
+            return None
+        if self.uses is None:
+            self.uses = Counter(a for n in self.order for a in n.args)
+        leaves, stack = [], [node.args[1], node.args[0]]
+        while stack:
+            a = stack.pop()
+            if a.op is node.op and self.uses[a] == 1:
+                stack += (a.args[1], a.args[0])
+            else:
+                leaves.append(a)
+        if len(leaves) < 3:
+            return None
+        hits = [ops.eq(leaf, node) for leaf in leaves]
+        count = hits[0]
+        for h in hits[1:]:
+            count = count + h
+        return [(leaf, h / count) for leaf, h in zip(leaves, hits)]
+
+
 @paused_gc()
 def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
     """Rows d outputs[k] / d wrt[j], one reverse sweep per output."""
     order = topo_order(outputs)
     active = _active(order, wrt)
+    trees = _Trees(order)
     rows = []
     with progress(len(order) * len(outputs), "gradient") as update:  # at most: sweeps share nodes
         for out in outputs:
             sweep = (order if len(outputs) == 1 else topo_order([out])) if out in active else []
-            rows.append(_sweep(out, sweep, wrt, active, update))
+            rows.append(_sweep(out, sweep, wrt, active, update, trees=trees))
     return rows
 
 
 def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], update: Any,
-           outer: tuple = ()) -> list[Expr]:
+           outer: tuple = (), trees: _Trees | None = None) -> list[Expr]:
     """One reverse sweep over ``order`` (``out``'s graph, arguments first): d out / d wrt[j].
 
     Rolled nodes: an argument that does not vary over an index its user varies over gets the sum
@@ -78,6 +113,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
 
     ``outer``: the indices ``out`` varies over (a Jacobian's rows); adjoints vary over them too,
     never summed, and each derivative comes back as a tensor over them."""
+    trees = trees or _Trees(order)
     adj: dict[Expr, Expr] = {out: _ONE} if order else {}
     sites: dict[Expr, list] = {}  # array node -> [(load node, adjoint of the load)]
     tidied: dict[Expr, Expr] = {}  # the gathers' rolled.tidy results (adjoints share most of their parts)
@@ -94,13 +130,19 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
         if name == "load":
             sites.setdefault(node.args[0], []).append((node, g))
             continue
+        scope = (node.free.union(node.args[1:]) if node.op.binds else node.free).difference(outer)
+        shares = trees.shares(node)
+        if shares is not None:
+            for leaf, p in shares:
+                if leaf in active:
+                    _accumulate(adj, leaf, g * p, scope)
+            continue
         for i, arg in enumerate(node.args):
             if arg not in active:
                 continue
             p = _TIES[name](node) if name in _TIES else _ONE if name == "sum" else _partial(node, i)
             if p is not None:
-                _accumulate(adj, arg, g if p is _ONE else g * p, (node.free.union(node.args[1:]) if node.op.binds
-                            else node.free).difference(outer))
+                _accumulate(adj, arg, g if p is _ONE else g * p, scope)
     if not outer:
         return [adj.get(v, rolled.zeros_like(v) if v.op.name == "array" else _ZERO) for v in wrt]
     return [adj[v] if v.op.name == "array" and v in adj else rolled.tensor(adj.get(v, 0.0), *outer)
@@ -300,16 +342,17 @@ def jvp(fs: Any, wrt: Any, tangents: Any) -> Any:
     outs = as_expr_list(fs)
     tangent: dict[Expr, Expr] = {v: t for v, t in zip(flat, tans) if t is not _ZERO}
     order = topo_order(outs)
+    trees = _Trees(order)
     with progress(len(order), "forward mode") as update:
         for k, node in enumerate(order):
             if not k % CHUNK:
                 update(min(CHUNK, len(order) - k))
-            _tangent(node, tangent)
+            _tangent(node, tangent, trees)
     zero = lambda o: rolled.zeros_like(o) if o.op.array_valued else _ZERO  # noqa: E731
     return _like(fs, [tangent[o] if o in tangent else zero(o) for o in outs])
 
 
-def _tangent(node: Expr, tangent: dict[Expr, Expr]) -> None:
+def _tangent(node: Expr, tangent: dict[Expr, Expr], trees: _Trees) -> None:
     """The tangent of ``node`` from its arguments' (none if they have none). Rolled nodes are
     linear in their first argument: the same node over its tangent (a load from the tangent
     array; a reduction, tensor or scatter of the body's tangent); max / min weight it by ties."""
@@ -325,11 +368,15 @@ def _tangent(node: Expr, tangent: dict[Expr, Expr]) -> None:
         elif t is not None:
             tangent[node] = apply(node.op, (t, *node.args[1:]), node.payload)
         return
+    if not any(a in tangent for a in node.args):
+        return
+    pairs = trees.shares(node)
+    if pairs is None:
+        pairs = [(arg, _partial(node, i)) for i, arg in enumerate(node.args) if arg in tangent]
     total = None
-    for i, arg in enumerate(node.args):
+    for arg, p in pairs:
         t = tangent.get(arg)
-        p = _partial(node, i) if t is not None else None
-        if p is not None:
+        if t is not None and p is not None:
             total = p * t if total is None else total + p * t
     if total is not None:
         tangent[node] = total
