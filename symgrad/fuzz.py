@@ -135,7 +135,9 @@ class Program:
 
 @dataclasses.dataclass
 class Disagreement:
-    """Two computations of one quantity that differ (``kind`` "wrong") or one that raises ("error").
+    """Two computations of one quantity that differ (``kind`` "wrong"; "nan" where the only differences
+    are nan against a number: a nan partial of an unused or untaken value times a zero adjoint,
+    see docs/guide.md) or one that raises ("error").
 
     ``probe`` names the computation checked (``"vm"``: value_and_grad on the loop VM against the
     interpreter, ``"element"``: the element trace against the rolled one, ``"fd"``: the interpreter's
@@ -700,6 +702,20 @@ def _mismatch(got: Any, ref: Any, rtol: float) -> str | None:
             f"{float(got[worst]):.10g} vs {float(ref[worst]):.10g} (error {rel:.2e} of the largest){ratio}")
 
 
+def _nan_only(got: Any, ref: Any, rtol: float) -> bool:
+    """Whether ``got`` and ``ref`` differ only where one is nan and the other is not.
+
+    >>> _nan_only([np.nan, 1.0], [0.0, 1.0], 1e-12), _nan_only([np.nan, 1.0], [0.0, 2.0], 1e-12)
+    (True, False)
+    """
+    got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
+    if got.size != ref.size:
+        return False
+    got = got.reshape(ref.shape)
+    one = np.isnan(got) != np.isnan(ref)
+    return bool(one.any()) and _mismatch(np.where(one, ref, got), ref, rtol) is None
+
+
 def _grads(result: Any, argnums: tuple[int, ...]) -> list[np.ndarray]:
     return [np.asarray(g) for g in (result if len(argnums) > 1 else (result,))]
 
@@ -734,7 +750,7 @@ class _Checker:
     def compare(self, probe: str, quantity: str, got: Any, ref: Any, rtol: float) -> None:
         detail = _mismatch(got, ref, rtol)
         if detail:
-            self.add(probe, quantity, "wrong", detail)
+            self.add(probe, quantity, "nan" if _nan_only(got, ref, rtol) else "wrong", detail)
 
     def run(self) -> list[Disagreement]:
         p = self.program
@@ -813,8 +829,9 @@ class _Checker:
                 tol = FD_RTOL * (gnorm + abs(exact)) + 1e-12 * max(1.0, abs(float(f(*inputs)))) / h
                 misses.append((not abs(fd - exact) <= tol, fd))  # (a nan gradient misses too)
             if all(m for m, _ in misses):
-                self.add("fd", "grad", "wrong", f"directional derivative {exact:.10g}, finite differences "
-                         f"{misses[0][1]:.10g} (h=1e-4), {misses[1][1]:.10g} (h=1e-6); |grad| {gnorm:.3g}")
+                self.add("fd", "grad", "nan" if np.isnan(exact) else "wrong",
+                         f"directional derivative {exact:.10g}, finite differences {misses[0][1]:.10g} "
+                         f"(h=1e-4), {misses[1][1]:.10g} (h=1e-6); |grad| {gnorm:.3g}")
                 return
 
     def _element(self, f: Callable, inputs: list, value: float, grads: list, names: list) -> None:
@@ -883,7 +900,8 @@ class _Checker:
         def check(ref: Any) -> None:
             self.compare("jvp:python", "jvp value", ref[0], self.reference[0], BACKEND_RTOL)
             scale = sum(float(np.sum(np.abs(g * tangents[k]))) for g, k in zip(grads, self.program.argnums))
-            if abs(float(ref[1]) - expected) > 1e-9 * (scale + 1e-300):
+            rounding = 1e-13 * sum(float(np.sum(np.abs(tangents[k]))) for k in self.program.argnums)
+            if abs(float(ref[1]) - expected) > 1e-9 * scale + rounding:  # (terms cancelling to 0 leave ~1e-15)
                 self.add("jvp:python", "jvp", "wrong", f"{float(ref[1]):.12g} vs grad . tangent {expected:.12g}")
 
         self._each("jvp", compute, check)
@@ -1208,6 +1226,7 @@ def run(programs: int | None = None, seed: int = 0, backends: tuple[str, ...] | 
             say(f"{n} programs, {len(found)} disagreements ({dict(counts)}), {time.monotonic() - start:.0f} s")
     stats.update(programs=n, disagreements=len(found), seconds=time.monotonic() - start, **counts)
     stats["reasons"] = dict(reasons)
+    stats["kinds"] = dict(Counter(d.kind for d in found))
     return found
 
 
@@ -1250,12 +1269,13 @@ def main(argv: list[str] | None = None) -> int:
     found = run(a.programs, a.seed, a.backends, a.numba_every, a.extras_every, minutes,
                 0.0 if a.no_minimise else a.minimise_seconds, log, stats, a.element_every)
     if not a.quiet:
-        print(f"\nstatuses: { {k: v for k, v in stats.items() if k not in ('reasons', 'seconds')} }")
+        print(f"\nstatuses: { {k: v for k, v in stats.items() if k not in ('reasons', 'seconds', 'kinds')} }")
         for reason, count in sorted(stats["reasons"].items(), key=lambda kv: -kv[1]):
             print(f"  {count} x {reason}")
         for d in found:
             print(f"[{d.probe}] {d.quantity} {d.kind}: {d.detail}")
-    print(f"{stats['programs']} programs, {len(found)} disagreements")
+    kinds = ", ".join(f"{k}: {v}" for k, v in sorted(stats["kinds"].items()))
+    print(f"{stats['programs']} programs, {len(found)} disagreements" + (f" ({kinds})" if kinds else ""))
     return 1 if found else 0
 
 

@@ -177,7 +177,24 @@ _RANK = {"const": 0, "var": 1, "mul": 2, "div": 2, "pow": 2, "neg": 2, "add": 4,
 def order_key(op: Any, payload: Any, shash: int) -> tuple:
     """Canonical order of commutative arguments: stable across processes and readable
     (constants first, then variables by name, products before sums)."""
-    return (_RANK.get(op.name, 3), payload if op.name == "var" else "", shash)
+    return (_RANK.get(op.name, 3), name_order(payload) if op.name == "var" else (), shash)
+
+
+def name_order(name: str) -> tuple:
+    """A sort key of names that no counter moves: a name made fresh (``x#12``, by a trace inside
+    another, or a derivative's index) sorts by the name it came from, then by when it was made
+    (``x#9`` before ``x#10``), and its hash ignores the count, so a trace's graph (the order of
+    commutative arguments, of sums) is the same whenever it is made.
+
+    >>> sorted(["x#10", "y", "x#9", "x"], key=name_order)
+    ['x', 'x#9', 'x#10', 'y']
+    """
+    base, _, count = name.partition("#")
+    return base, len(count), count
+
+
+def _base(name: str) -> str:
+    return name.partition("#")[0]
 
 
 class _KeyedRef(weakref.ref):
@@ -196,6 +213,8 @@ def _payload_hash(kind: str, payload: Any) -> int:
         return 0
     if kind == "const":
         return float_bits(payload) & _MASK
+    if kind in ("var", "index", "array"):  # a name made fresh (x#7) hashes as the one it came from (x)
+        payload = _base(payload) if kind == "var" else (_base(payload[0]), *payload[1:])
     text = payload.encode() if isinstance(payload, str) else repr(payload).encode()  # rolled: tuples
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 

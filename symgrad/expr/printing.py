@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr.node import Expr
+from symgrad.expr.node import Expr, name_order
 from symgrad.expr.ops import ATOM, MUL, NEG, POW, call_template
 from symgrad.expr.traverse import as_expr_list, topo_order
 
@@ -153,7 +153,8 @@ def _fresh_prefix(order: list[Expr]) -> str:
 
 def _index_names(order: list[Expr], latex: bool) -> dict[Expr, str]:
     """Short names for the index symbols derivatives create (``x#12``): j, k, l, ... unused elsewhere."""
-    made = sorted((n for n in order if n.op.name == "index" and "#" in n.payload[0]), key=lambda n: n.payload)
+    made = sorted((n for n in order if n.op.name == "index" and "#" in n.payload[0]),
+                  key=lambda n: name_order(n.payload[0]))
     taken = {n.payload if n.op.name == "var" else n.payload[0] for n in order
              if n.op.name in ("var", "index", "array")}
     free = (name for k in itertools.count() for name in (c + (str(k) if k else "") for c in "jklmnqsuw")

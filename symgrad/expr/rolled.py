@@ -19,7 +19,7 @@ import numpy as np
 
 from symgrad.expr import interp, ops
 from symgrad.expr.build import _zero_where, apply
-from symgrad.expr.node import Expr, intern
+from symgrad.expr.node import Expr, intern, name_order
 from symgrad.expr.traverse import substitute, topo_order
 
 INDEX_LIMIT = 2**53  # index values, array sizes and sizes of axes stay below: exact as floats and as int64
@@ -317,12 +317,16 @@ def fresh_indices(x: Expr) -> tuple:
 
 def by_name(indices: Any) -> list[Expr]:
     """Index symbols in one order, by name and size (not by their printed form: derivatives'
-    indices all print alike, and printing costs more than the sort).
+    indices all print alike, and printing costs more than the sort). Fresh indices (``i#7``) in the
+    order they were made: ``i#9`` before ``i#10``, so a trace's order (of sums: their rounding) is
+    the same whatever the counter stood at when it began.
 
     >>> by_name({index("j", 2), index("i", 3)})
     [i, j]
+    >>> [i.payload[0] for i in by_name({index("i#10", 3), index("i#9", 3)})]
+    ['i#9', 'i#10']
     """
-    return sorted(indices, key=lambda i: i.payload)
+    return sorted(indices, key=lambda i: (name_order(i.payload[0]), i.payload[1]))
 
 
 def fresh_index(i: Expr) -> Expr:
