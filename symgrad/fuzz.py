@@ -542,8 +542,9 @@ _MOVES = [(_unary, 4), (_binary, 5), (_gather, 3), (_slice, 2), (_reshape, 2), (
 
 def _tie(text: str) -> bool:
     """Whether a comparison, np.minimum / np.maximum or np.where compares an operand with itself, or ``a - a``
-    makes zeros: ties, where the element trace (pairwise np.maximum) and rolled reductions split derivatives
-    differently (by convention, not a bug). The generator and the minimiser avoid them.
+    makes zeros: ties everywhere, where the derivative is a convention (an even share among the tied
+    entries, the same in every trace and backend) that finite differences, which see a kink, need not
+    agree with. The generator and the minimiser avoid them.
 
     >>> _tie("np.maximum(v1, v1) + 1.0"), _tie("np.maximum(v1, v2)")
     (True, False)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import ops, rolled, scans
-from symgrad.expr.build import _as_expr, apply, const
+from symgrad.expr.build import _as_expr, _zero_where, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
@@ -88,6 +88,53 @@ class _Trees:
         return [(leaf, h / count) for leaf, h in zip(leaves, hits)]
 
 
+# Ops whose value is finite wherever their arguments' are: a nan or inf partial needs one of the others
+# (sqrt, log, a division ...) somewhere in it.
+_FINITE = frozenset({"var", "const", "add", "sub", "mul", "neg", "sin", "cos", "tanh", "atan", "sigmoid", "erf",
+                     "softplus", "abs", "sign", "floor", "ceil", "minimum", "maximum", "relu", "lt", "le", "gt",
+                     "ge", "eq", "ne", "where", "stop_gradient", "index", "array", "table", "load", "tensor",
+                     "sum", "max", "min", "as_index", "cumsum"})
+
+
+class _Masks:
+    """Which adjoints may be 0 where a partial is nan or inf. A value masked by ``where`` (its branch
+    not taken), or an array's entry nobody reads, gets an adjoint of 0 there, while the partials of
+    what computed it may be nan (sqrt's at a negative, log's at 0): 0 * nan would bring the nan the
+    mask kept out of the value into the gradient. Such a product is guarded, ``where(g == 0, 0, g*p)``,
+    where the adjoint ``g`` came through a mask and ``p`` may be non-finite; nowhere else. A graph
+    without a ``where`` or a table (a gather that may leave entries unread) masks nothing."""
+
+    def __init__(self, order: list[Expr]) -> None:
+        self.masking = any(n.op.name in ("where", "table") for n in order)
+        self.masked: set[Expr] = set()  # nodes whose adjoint came through a where's branch or an array
+        self.finite: dict[Expr, bool] = {}
+
+    def may_fail(self, e: Expr) -> bool:
+        """Whether ``e`` may be nan or inf where the inputs are finite (sqrt, log, / ... inside it)."""
+        stack = [e]
+        while stack:
+            n = stack[-1]
+            if n in self.finite:
+                stack.pop()
+                continue
+            todo = [a for a in n.args if a not in self.finite]
+            if todo:
+                stack += todo
+                continue
+            stack.pop()
+            self.finite[n] = n.op.name in _FINITE and all(self.finite[a] for a in n.args)
+        return not self.finite[e]
+
+    def product(self, node: Expr, g: Expr, p: Expr) -> Expr:
+        """``g * p``, the contribution of ``node``'s adjoint ``g`` through the partial ``p``; guarded
+        where ``g`` may be a mask's 0 and ``p`` nan."""
+        out = g if p is _ONE else g * p
+        if (self.masking and node in self.masked and p.op.name != "const" and _zero_where(out) is None
+                and self.may_fail(p)):
+            return ops.where(ops.eq(g, 0.0), 0.0, out)
+        return out
+
+
 @paused_gc()
 def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
     """Rows d outputs[k] / d wrt[j], one reverse sweep per output."""
@@ -114,6 +161,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
     ``outer``: the indices ``out`` varies over (a Jacobian's rows); adjoints vary over them too,
     never summed, and each derivative comes back as a tensor over them."""
     trees = trees or _Trees(order)
+    masks = _Masks(order)
     adj: dict[Expr, Expr] = {out: _ONE} if order else {}
     sites: dict[Expr, list] = {}  # array node -> [(load node, adjoint of the load)]
     tidied: dict[Expr, Expr] = {}  # the gathers' rolled.tidy results (adjoints share most of their parts)
@@ -122,6 +170,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
             update(min(CHUNK, len(order) - k))
         name = node.op.name
         if node.op.array_valued:
+            masks.masked.update(node.args)  # (an array's adjoint is 0 at every entry nobody reads)
             _array_adjoint(node, sites.pop(node, []), adj, outer, tidied, sites, active)
             continue
         g = adj.get(node) if name == "var" else adj.pop(node, None)
@@ -131,18 +180,20 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
             sites.setdefault(node.args[0], []).append((node, g))
             continue
         scope = (node.free.union(node.args[1:]) if node.op.binds else node.free).difference(outer)
+        if name == "where" or node in masks.masked:
+            masks.masked.update(node.args)
         shares = trees.shares(node)
         if shares is not None:
             for leaf, p in shares:
                 if leaf in active:
-                    _accumulate(adj, leaf, g * p, scope)
+                    _accumulate(adj, leaf, masks.product(node, g, p), scope)
             continue
         for i, arg in enumerate(node.args):
             if arg not in active:
                 continue
             p = _TIES[name](node) if name in _TIES else _ONE if name == "sum" else _partial(node, i)
             if p is not None:
-                _accumulate(adj, arg, g if p is _ONE else g * p, scope)
+                _accumulate(adj, arg, masks.product(node, g, p), scope)
     if not outer:
         return [adj.get(v, rolled.zeros_like(v) if v.op.name == "array" else _ZERO) for v in wrt]
     return [adj[v] if v.op.name == "array" and v in adj else rolled.tensor(adj.get(v, 0.0), *outer)
