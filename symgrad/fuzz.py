@@ -16,15 +16,18 @@ reductions, reshapes, joins, ``@`` / ``np.einsum``, ``np.cumsum`` and ``sg.scan`
 A disagreement is minimised (statements dropped, subexpressions replaced by their operands,
 variables by arguments, sizes shrunk) while it still disagrees the same way.
 
-Command line: ``python -m symgrad.fuzz --minutes 5 --backends python,vm,numba --numba-every 20``.
+Command line: ``python -m symgrad.fuzz --minutes 5 --backends python,vm,numba --numba-every 20``
+(``--jobs 2``: two processes, seeds ``seed`` and ``seed + 1``, their counts added).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import contextlib
 import dataclasses
+import multiprocessing
 import re
 import sys
 import time
@@ -1245,6 +1248,27 @@ def _one_per_key(found: list[Disagreement]) -> list[Disagreement]:
     return list(seen.values())
 
 
+def _job(settings: dict) -> tuple[list[Disagreement], dict]:
+    """One process's share of a soak: ``run`` with these settings; its disagreements and counts."""
+    settings = dict(settings)
+    tag, quiet = settings.pop("tag"), settings.pop("quiet")
+    stats: dict = {}
+    log = None if quiet else (lambda s: print("\n".join(tag + line for line in s.split("\n")), flush=True))
+    return run(**settings, log=log, stats=stats), stats
+
+
+def _added(parts: list[dict]) -> dict:
+    """The counts of several ``run`` stats added (reasons and kinds too)."""
+    total: dict = {"reasons": Counter(), "kinds": Counter()}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                total[key].update(value)
+            else:
+                total[key] = total.get(key, 0) + value
+    return {k: dict(v) if isinstance(v, Counter) else v for k, v in total.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: ``python -m symgrad.fuzz --minutes 2``; exit status 1 where anything disagreed.
 
@@ -1263,12 +1287,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minimise-seconds", type=float, default=60.0, help="time to minimise each disagreement")
     ap.add_argument("--no-minimise", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="only the summary line")
+    ap.add_argument("--jobs", type=int, default=1, help="processes, each with its own seed (programs split)")
     a = ap.parse_args(argv)
     minutes = a.minutes if a.minutes is not None or a.programs is not None else 1.0
-    stats: dict = {}
-    log = None if a.quiet else (lambda s: print(s, flush=True))
-    found = run(a.programs, a.seed, a.backends, a.numba_every, a.extras_every, minutes,
-                0.0 if a.no_minimise else a.minimise_seconds, log, stats, a.element_every)
+    jobs = max(1, a.jobs)
+    share = None if a.programs is None else -(-a.programs // jobs)
+    settings = [dict(programs=share, seed=a.seed + k, backends=a.backends, numba_every=a.numba_every,
+                     extras_every=a.extras_every, minutes=minutes, element_every=a.element_every,
+                     minimise_seconds=0.0 if a.no_minimise else a.minimise_seconds,
+                     tag=f"[seed {a.seed + k}] " if jobs > 1 else "", quiet=a.quiet) for k in range(jobs)]
+    if jobs == 1:
+        found, stats = _job(settings[0])
+    else:
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_job, settings))
+        found = [d for f, _ in results for d in f]
+        stats = _added([st for _, st in results])
     if not a.quiet:
         print(f"\nstatuses: { {k: v for k, v in stats.items() if k not in ('reasons', 'seconds', 'kinds')} }")
         for reason, count in sorted(stats["reasons"].items(), key=lambda kv: -kv[1]):

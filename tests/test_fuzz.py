@@ -155,6 +155,15 @@ def test_run_reports_minimised_planted_disagreements(monkeypatch):
                       "--no-minimise", "--quiet"]) == 1
 
 
+def test_jobs_split_the_programs_and_add_up_the_counts(capsys):
+    """--jobs 2: two processes with seeds 7 and 8, the programs shared out, their counts added."""
+    assert fuzz.main(["--programs", "3", "--jobs", "2", "--seed", "7", "--no-minimise", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == "4 programs, 0 disagreements"  # (2 each: 3 rounded up)
+    assert fuzz._added([{"programs": 2, "ok": 2, "reasons": {"a": 1}, "kinds": {}},
+                        {"programs": 3, "ok": 1, "reasons": {"a": 2, "b": 1}, "kinds": {"nan": 1}}]) == {
+        "programs": 5, "ok": 3, "reasons": {"a": 3, "b": 1}, "kinds": {"nan": 1}}
+
+
 # ----------------------------------------------------------------------------------------------
 # The bug hunts: fixed budgets, deterministic seeds; these must find nothing
 
