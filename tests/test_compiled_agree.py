@@ -285,3 +285,16 @@ def test_a_nan_partial_of_a_value_masked_elsewhere_stays_out_of_the_gradient(nam
         got = sg.value_and_grad(fn, backend=backend)(w)[1]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
     _agree(fn, (w,))
+
+
+def test_a_condition_on_a_sum_of_the_gathered_values_is_not_moved_into_the_scatter():
+    """where(sum(x[perm]) > .1, ...): the condition reads x[perm[j]] inside a sum over j, the scatter's
+    own index symbol; moving the scatter's condition to its target rewrote that bound load as x[k]
+    (half the gradient 0 instead of 1; found by symgrad.fuzz)."""
+    perm = np.random.default_rng(33).permutation(64)
+    fn = lambda x: np.where((v := np.sum(x[perm])) > 0.1, v, 0.0) + np.sum(np.where(x[perm] > 0, x[perm], 0.0))  # noqa: E731
+    x = X[:64] + 0.3
+    assert np.sum(x) > 0.1
+    for backend in ("python", "vm"):
+        np.testing.assert_array_equal(sg.value_and_grad(fn, backend=backend)(x)[1], 1.0 + (x > 0), err_msg=backend)
+    _agree(fn, (x,))

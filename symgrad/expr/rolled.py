@@ -381,8 +381,13 @@ def _scattered(arr: Expr, load: Expr, w: Expr, targets: tuple) -> Expr:
 def _at_target(condition: Expr, load: Expr, shape: tuple, targets: tuple) -> Expr | None:
     """``condition`` with its loads at the load's addresses read at ``targets`` instead, or None where
     it still varies over the load's indices (it reads something else that varies)."""
+    if not condition.free.intersection(load.free):
+        return condition  # the same at every term of the scatter
+    order = topo_order([condition])
+    if any(n.op.binds and load.free.intersection(n.args[1:]) for n in order):
+        return None  # a reduction inside binds one of those indices: its loads are not the load's
     same = lambda n: len(n.args) == len(load.args) and all(a is b for a, b in zip(n.args[1:], load.args[1:]))  # noqa: E731
-    moved = {n: apply(ops.load, (n.args[0], *targets)) for n in topo_order([condition])
+    moved = {n: apply(ops.load, (n.args[0], *targets)) for n in order
              if n.op.name == "load" and n.payload is None and n.args[0].shape == shape and same(n)}
     if not moved:
         return None
