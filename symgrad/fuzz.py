@@ -48,6 +48,7 @@ from symgrad import trace
 BACKEND_RTOL = 1e-10
 VALUE_RTOL = 1e-9  # the interpreter against NumPy: another order of additions
 FD_RTOL = 1e-5  # the gradient against finite differences (loose: truncation and rounding)
+FD_STEPS = (1e-4, 1e-6, 1e-7)  # central differences at each; one within FD_RTOL passes (steep programs need 1e-7)
 ELEMENT_MAX = 400  # the element trace only for arguments this small in all (it builds a node per element)
 UNSUPPORTED = (sg.TracingError, NotImplementedError)  # constructs the tracer refuses: not bugs
 # What the interpreter refuses by design (it gives every index symbol of a rolled graph a NumPy axis)
@@ -818,7 +819,7 @@ class _Checker:
         return float(f(*moved))
 
     def _finite_differences(self, f: Callable, inputs: list, grads: list) -> None:
-        """The gradient along random directions against central differences at two step sizes."""
+        """The gradient along random directions against central differences at three step sizes."""
         rng = np.random.default_rng(self.program.seed + 1)
         argnums = self.program.argnums
         for _ in range(2):
@@ -828,14 +829,15 @@ class _Checker:
             exact = sum(float(np.sum(g * d)) for g, d in zip(grads, dirs))
             gnorm = np.sqrt(sum(float(np.sum(g * g)) for g in grads))
             misses = []
-            for h in (1e-4, 1e-6):
+            for h in FD_STEPS:
                 fd = (self._moved(f, inputs, dirs, h) - self._moved(f, inputs, dirs, -h)) / (2 * h)
                 tol = FD_RTOL * (gnorm + abs(exact)) + 1e-12 * max(1.0, abs(float(f(*inputs)))) / h
                 misses.append((not abs(fd - exact) <= tol, fd))  # (a nan gradient misses too)
             if all(m for m, _ in misses):
                 self.add("fd", "grad", "nan" if np.isnan(exact) else "wrong",
-                         f"directional derivative {exact:.10g}, finite differences {misses[0][1]:.10g} "
-                         f"(h=1e-4), {misses[1][1]:.10g} (h=1e-6); |grad| {gnorm:.3g}")
+                         f"directional derivative {exact:.10g}, finite differences " + ", ".join(
+                             f"{fd:.10g} (h={h:g})" for (_, fd), h in zip(misses, FD_STEPS))
+                         + f"; |grad| {gnorm:.3g}")
                 return
 
     def _element(self, f: Callable, inputs: list, value: float, grads: list, names: list) -> None:
