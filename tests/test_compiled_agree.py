@@ -298,3 +298,20 @@ def test_a_condition_on_a_sum_of_the_gathered_values_is_not_moved_into_the_scatt
     for backend in ("python", "vm"):
         np.testing.assert_array_equal(sg.value_and_grad(fn, backend=backend)(x)[1], 1.0 + (x > 0), err_msg=backend)
     _agree(fn, (x,))
+
+
+def test_a_rolled_scan_result_meets_a_carry_traced_element_by_element():
+    """A length-only scan of constants is one rolled node even in a function of small arrays; its
+    rows as the xs of a scan whose carry is traced element by element raised TracingError (found by
+    symgrad.fuzz): they are read element by element, and the scan runs as a loop."""
+    def f(x):
+        _, ys = sg.scan(lambda c, r: (c * 1.5, c), np.ones(4), length=3)
+        _, out = sg.scan(lambda c, r: (c + r, c * r), x, ys.ravel())
+        return np.sum(out)
+
+    x = X[:8]
+    want = f(x)
+    value, grad = sg.value_and_grad(f, backend="python")(x)
+    ys = np.ravel([np.ones(4) * 1.5 ** k for k in range(3)])
+    assert value == pytest.approx(want, rel=1e-13)
+    np.testing.assert_allclose(grad, np.full(8, np.sum(ys)), rtol=1e-13)

@@ -183,7 +183,8 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
     Inside a traced function (rolled arrays, or numbers and NumPy arrays as ``init`` and ``xs``),
     ``f`` is traced once and the loop is one node whatever its length (compiled as one loop around
     the step's loops); elsewhere (NumPy values outside a trace, or a step that reads arrays traced
-    element by element) it runs as a Python loop, with the same results. Zero steps give ``init``
+    element by element, or whose init or xs holds some) it runs as a Python loop, with the same
+    results (a rolled array among them read element by element). Zero steps give ``init``
     and empty ``ys`` (``f`` called once, on a row of zeros, for their shapes).
 
     >>> import numpy as np, symgrad as sg
@@ -211,6 +212,10 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
     n = steps.pop()
     if n == 0:
         return _empty(f, init, init_tree, x_leaves, x_tree)
+    if any(ndarrays.is_array(v) for v in init_leaves + x_leaves) and not all(
+            map(_rollable_or_array, init_leaves + x_leaves)):  # beside an element trace's arrays: a loop,
+        init_leaves, x_leaves = _elements(init_leaves), _elements(x_leaves)  # the rolled ones read by element
+        init = pytree.unflatten(init_tree, init_leaves)
     if any(ndarrays.is_array(v) for v in init_leaves + x_leaves):
         return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
     if ndarrays.tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
@@ -225,6 +230,14 @@ def _rollable(v: Any) -> bool:
     """Whether a leaf of init or xs can be a rolled operand: a number, an array of numbers, a
     scalar expression (not an object array of an element trace)."""
     return isinstance(v, Expr | Real) or isinstance(v, np.ndarray) and v.dtype.kind in "biuf"
+
+
+def _rollable_or_array(v: Any) -> bool:
+    return ndarrays.is_array(v) or _rollable(v)
+
+
+def _elements(leaves: list) -> list:
+    return [functions.wrap(ndarrays.elements(v)) if ndarrays.is_array(v) else v for v in leaves]
 
 
 def _empty(f: Any, init: Any, tree: Any, x_leaves: list, x_tree: Any) -> tuple:
