@@ -315,3 +315,17 @@ def test_a_rolled_scan_result_meets_a_carry_traced_element_by_element():
     ys = np.ravel([np.ones(4) * 1.5 ** k for k in range(3)])
     assert value == pytest.approx(want, rel=1e-13)
     np.testing.assert_allclose(grad, np.full(8, np.sum(ys)), rtol=1e-13)
+
+
+def test_np_max_over_several_axes_shares_evenly_among_all_its_ties():
+    """np.max of a 2-D array is a max over rows of maxima over columns: its ties were shared per row
+    first (1/3, 1/3, 1/6, 1/6 for four; found by symgrad.fuzz), now evenly as one max over both."""
+    a = np.clip(np.round(np.random.default_rng(0).normal(size=(8, 20))), -2.0, 1.0)
+    top = a == a.max()
+    assert top.sum() > 3 and len(set(np.nonzero(top)[0])) > 1
+    for backend in ("python", "vm"):
+        g = sg.grad(lambda u: np.max(u) + np.min(u, axis=(0, 1)), backend=backend)(a)
+        low = a == a.min()
+        np.testing.assert_allclose(g, top / top.sum() + low / low.sum(), rtol=1e-15, err_msg=backend)
+        assert sg.jvp(lambda u: np.max(u), (a,), (np.ones_like(a),), backend=backend)[1] == pytest.approx(1.0)
+    _agree(lambda u: np.max(u) * 2 + np.min(u), (a,))

@@ -87,6 +87,19 @@ class _Trees:
             count = count + h
         return [(leaf, h / count) for leaf, h in zip(leaves, hits)]
 
+    def reduction(self, node: Expr) -> tuple[Expr, tuple]:
+        """A max (min) reduction's body and indices, through the max reductions of the same kind it
+        reduces that have no other use: max(max(x[i, j], j), i) is one max over (i, j), its ties
+        shared evenly among all its elements (np.max over several axes)."""
+        body, indices = node.args[0], (node.args[1],)
+        while body.op is node.op:
+            if self.uses is None:
+                self.uses = Counter(a for n in self.order for a in n.args)
+            if self.uses[body] != 1:
+                break
+            body, indices = body.args[0], (*indices, body.args[1])
+        return body, indices
+
 
 # Ops whose value is finite wherever their arguments' are: a nan or inf partial needs one of the others
 # (sqrt, log, a division ...) somewhere in it.
@@ -188,10 +201,16 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
                 if leaf in active:
                     _accumulate(adj, leaf, masks.product(node, g, p), scope)
             continue
+        if name in _TIES:
+            body, indices = trees.reduction(node)
+            if body in active:
+                _accumulate(adj, body, masks.product(node, g, _tie_share(node, body, indices)),
+                            node.free.union(indices).difference(outer))
+            continue
         for i, arg in enumerate(node.args):
             if arg not in active:
                 continue
-            p = _TIES[name](node) if name in _TIES else _ONE if name == "sum" else _partial(node, i)
+            p = _ONE if name == "sum" else _partial(node, i)
             if p is not None:
                 _accumulate(adj, arg, masks.product(node, g, p), scope)
     if not outer:
@@ -242,15 +261,18 @@ def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dic
                 all_sites.setdefault(arg, []).append(site)
 
 
-def _tie_share(node: Expr) -> Expr:
-    """max / min over an index: the adjoint goes to the elements equal to the result, split evenly."""
-    body, i = node.args
+def _tie_share(node: Expr, body: Expr, indices: tuple) -> Expr:
+    """max / min of ``body`` over ``indices``: the adjoint goes to the elements equal to the result,
+    split evenly."""
     hit = ops.where(body == node, 1.0, 0.0)
-    k = rolled.fresh_index(i)  # the count sums over its own index: hit varies over i where it is used
-    return hit / rolled.reduce("sum", rolled.substitute_indices(hit, {i: k}), k)
+    fresh = {i: rolled.fresh_index(i) for i in indices}  # the count sums over its own indices: hit varies
+    count = rolled.substitute_indices(hit, fresh)  # over them where it is used
+    for k in fresh.values():
+        count = rolled.reduce("sum", count, k)
+    return hit / count
 
 
-_TIES = {"max": _tie_share, "min": _tie_share}
+_TIES = ("max", "min")
 
 
 def _scalar(f: Any, who: str) -> Expr:
@@ -414,8 +436,13 @@ def _tangent(node: Expr, tangent: dict[Expr, Expr], trees: _Trees) -> None:
         return
     if node.op.kind == "rolled":
         t = tangent.get(node.args[0]) if node.args else None
-        if t is not None and node.op.name in _TIES:
-            tangent[node] = rolled.reduce("sum", t * _TIES[node.op.name](node), node.args[1])
+        if node.op.name in _TIES:
+            body, indices = trees.reduction(node)
+            if (t := tangent.get(body)) is not None:
+                total = t * _tie_share(node, body, indices)
+                for i in indices:
+                    total = rolled.reduce("sum", total, i)
+                tangent[node] = total
         elif t is not None:
             tangent[node] = apply(node.op, (t, *node.args[1:]), node.payload)
         return
