@@ -64,18 +64,16 @@ class _Trees:
 
     def __init__(self, order: list[Expr]) -> None:
         self.order: list[Expr] = order
-        self.uses: Counter | None = None  # counted when the first candidate comes
+        self.uses: Counter | None = None
 
     def shares(self, node: Expr) -> list[tuple[Expr, Expr]] | None:
         """(leaf, d node / d leaf) for a tree of three leaves or more rooted at ``node``, else None."""
         if node.op.name not in ("maximum", "minimum") or not any(a.op is node.op for a in node.args):
             return None
-        if self.uses is None:
-            self.uses = Counter(a for n in self.order for a in n.args)
         leaves, stack = [], [node.args[1], node.args[0]]
         while stack:
             a = stack.pop()
-            if a.op is node.op and self.uses[a] == 1:
+            if a.op is node.op and self._used_once(a):
                 stack += (a.args[1], a.args[0])
             else:
                 leaves.append(a)
@@ -92,21 +90,14 @@ class _Trees:
         reduces that have no other use: max(max(x[i, j], j), i) is one max over (i, j), its ties
         shared evenly among all its elements (np.max over several axes)."""
         body, indices = node.args[0], (node.args[1],)
-        while body.op is node.op:
-            if self.uses is None:
-                self.uses = Counter(a for n in self.order for a in n.args)
-            if self.uses[body] != 1:
-                break
+        while body.op is node.op and self._used_once(body):
             body, indices = body.args[0], (*indices, body.args[1])
         return body, indices
 
-
-# Ops whose value is finite wherever their arguments' are: a nan or inf partial needs one of the others
-# (sqrt, log, a division ...) somewhere in it.
-_FINITE = frozenset({"var", "const", "add", "sub", "mul", "neg", "sin", "cos", "tanh", "atan", "sigmoid", "erf",
-                     "softplus", "abs", "sign", "floor", "ceil", "minimum", "maximum", "relu", "lt", "le", "gt",
-                     "ge", "eq", "ne", "where", "stop_gradient", "index", "array", "table", "load", "tensor",
-                     "sum", "max", "min", "as_index", "cumsum"})
+    def _used_once(self, e: Expr) -> bool:
+        if self.uses is None:  # counted when the first candidate comes
+            self.uses = Counter(a for n in self.order for a in n.args)
+        return self.uses[e] == 1
 
 
 class _Masks:
@@ -135,7 +126,7 @@ class _Masks:
                 stack += todo
                 continue
             stack.pop()
-            self.finite[n] = n.op.name in _FINITE and all(self.finite[a] for a in n.args)
+            self.finite[n] = n.op.finite and all(self.finite[a] for a in n.args)
         return not self.finite[e]
 
     def product(self, node: Expr, g: Expr, p: Expr) -> Expr:

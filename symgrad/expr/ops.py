@@ -48,6 +48,7 @@ class Op:
     binds: bool = False  # the arguments after the first are index symbols this node binds
     array_valued: bool = False  # an array (sg.array, tensor, table, scatter), read through loads
     evaluate: Callable | None = None  # rolled rows: (node, argument values, context) -> value
+    finite: bool = False  # its value is finite wherever its arguments' are (no sqrt, log, / ...)
     code: int = field(default=-1)
 
     def __call__(self, *args: Any) -> Any:
@@ -110,22 +111,23 @@ def _sympy_cmp(rel: str) -> Callable:
 
 # fmt: off
 # ---- leaves -------------------------------------------------------------------------
-var = _row("var", 0, None, None)
-const = _row("const", 0, None, None)
+var = _row("var", 0, None, None, finite=True)
+const = _row("const", 0, None, None, finite=True)
 
 # ---- arithmetic -----------------------------------------------------------------------
 add = _row("add", 2, np.add, "{0} + {1}", (lambda a, b, o: 1.0, lambda a, b, o: 1.0),
-           commutative=True, ufunc=np.add, to_sympy=lambda a, b: a + b, **_infix(" + ", ADD, ADD, ADD))
+           commutative=True, ufunc=np.add, to_sympy=lambda a, b: a + b, **_infix(" + ", ADD, ADD, ADD),
+           finite=True)
 sub = _row("sub", 2, np.subtract, "{0} - {1}", (lambda a, b, o: 1.0, lambda a, b, o: -1.0),
-           ufunc=np.subtract, to_sympy=lambda a, b: a - b, **_infix(" - ", ADD, ADD, ADD + 1))
+           ufunc=np.subtract, to_sympy=lambda a, b: a - b, **_infix(" - ", ADD, ADD, ADD + 1), finite=True)
 mul = _row("mul", 2, np.multiply, "{0} * {1}", (lambda a, b, o: b, lambda a, b, o: a),
            commutative=True, ufunc=np.multiply, to_sympy=lambda a, b: a * b,
-           **_infix("*", MUL, MUL, MUL, r" \cdot "))
+           **_infix("*", MUL, MUL, MUL, r" \cdot "), finite=True)
 div = _row("div", 2, np.divide, "{0} / {1}", (lambda a, b, o: 1.0 / b, lambda a, b, o: -o / b),
            ufunc=np.divide, to_sympy=lambda a, b: a / b, prec=MUL, template=((0, MUL), "/", (1, MUL + 1)),
            latex=(r"\frac{", (0, 0), "}{", (1, 0), "}"))
 neg = _row("neg", 1, np.negative, "-{0}", (lambda a, o: -1.0,), ufunc=np.negative,
-           to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)))
+           to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)), finite=True)
 pow = _row("pow", 2, np.power, "{0} ** {1}",
            # JAX's conventions where the textbook partials give 0 * inf: d/da is 0 at b == 0
            # (a**0 is constant), d/db is 0 at a == 0 (log 0 replaced by log 1), not nan.
@@ -146,9 +148,9 @@ expm1 = _row("expm1", 1, np.expm1, "fastmath.expm1({0})", (lambda a, o: o + 1.0,
 sqrt = _row("sqrt", 1, np.sqrt, "math.sqrt({0})", (lambda a, o: 0.5 / o,), ufunc=np.sqrt,
             to_sympy="sqrt", latex=(r"\sqrt{", (0, 0), "}"))
 sin = _row("sin", 1, np.sin, "math.sin({0})", (lambda a, o: cos(a),), ufunc=np.sin, to_sympy="sin",
-           latex=_func(r"\sin"))
+           latex=_func(r"\sin"), finite=True)
 cos = _row("cos", 1, np.cos, "math.cos({0})", (lambda a, o: -sin(a),), ufunc=np.cos, to_sympy="cos",
-           latex=_func(r"\cos"))
+           latex=_func(r"\cos"), finite=True)
 tan = _row("tan", 1, np.tan, "math.tan({0})", (lambda a, o: o * o + 1.0,), ufunc=np.tan, to_sympy="tan",
            latex=_func(r"\tan"))
 asin = _row("asin", 1, np.arcsin, "math.asin({0})", (lambda a, o: 1.0 / sqrt(1.0 - a * a),),
@@ -156,7 +158,7 @@ asin = _row("asin", 1, np.arcsin, "math.asin({0})", (lambda a, o: 1.0 / sqrt(1.0
 acos = _row("acos", 1, np.arccos, "math.acos({0})", (lambda a, o: -1.0 / sqrt(1.0 - a * a),),
             ufunc=np.arccos, aliases=("arccos",), to_sympy="acos", latex=_func(r"\arccos"))
 atan = _row("atan", 1, np.arctan, "math.atan({0})", (lambda a, o: 1.0 / (a * a + 1.0),),
-            ufunc=np.arctan, aliases=("arctan",), to_sympy="atan", latex=_func(r"\arctan"))
+            ufunc=np.arctan, aliases=("arctan",), to_sympy="atan", latex=_func(r"\arctan"), finite=True)
 atan2 = _row("atan2", 2, np.arctan2, "math.atan2({0}, {1})",
              (lambda a, b, o: b / (a * a + b * b), lambda a, b, o: -a / (a * a + b * b)),
              ufunc=np.arctan2, aliases=("arctan2",), to_sympy="atan2")
@@ -165,7 +167,7 @@ sinh = _row("sinh", 1, np.sinh, "math.sinh({0})", (lambda a, o: cosh(a),), ufunc
 cosh = _row("cosh", 1, np.cosh, "math.cosh({0})", (lambda a, o: sinh(a),), ufunc=np.cosh,
             to_sympy="cosh", latex=_func(r"\cosh"))
 tanh = _row("tanh", 1, np.tanh, "fastmath.tanh({0})", (lambda a, o: 1.0 - o * o,), ufunc=np.tanh,
-            to_sympy="tanh", latex=_func(r"\tanh"))
+            to_sympy="tanh", latex=_func(r"\tanh"), finite=True)
 asinh = _row("asinh", 1, np.arcsinh, "math.asinh({0})", (lambda a, o: 1.0 / sqrt(a * a + 1.0),),
              ufunc=np.arcsinh, aliases=("arcsinh",), to_sympy="asinh")
 acosh = _row("acosh", 1, np.arccosh, "math.acosh({0})", (lambda a, o: 1.0 / sqrt(a * a - 1.0),),
@@ -180,13 +182,13 @@ logaddexp = _row("logaddexp", 2, np.logaddexp,
                  ufunc=np.logaddexp,
                  to_sympy=lambda a, b: sympy.log(sympy.exp(a) + sympy.exp(b)), doc="log(exp(a) + exp(b)), smooth")
 erf = _row("erf", 1, _erf, "math.erf({0})", (lambda a, o: (2.0 / math.sqrt(math.pi)) * exp(-(a * a)),),
-           to_sympy="erf", latex=_func(r"\operatorname{erf}"))
+           to_sympy="erf", latex=_func(r"\operatorname{erf}"), finite=True)
 sigmoid = _row("sigmoid", 1, lambda a: 1.0 / (1.0 + np.exp(-a)), "1.0 / (1.0 + fastmath.exp(-{0}))",
                (lambda a, o: o * (1.0 - o),), to_sympy=lambda a: 1 / (1 + sympy.exp(-a)),
-               latex=_func(r"\sigma"))
+               latex=_func(r"\sigma"), finite=True)
 softplus = _row("softplus", 1, lambda a: np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a))),
                 "max({0}, 0.0) + fastmath.log1p(fastmath.exp(-abs({0})))", (lambda a, o: sigmoid(a),),
-                to_sympy=lambda a: sympy.log(1 + sympy.exp(a)))
+                to_sympy=lambda a: sympy.log(1 + sympy.exp(a)), finite=True)
 
 # ---- kinks and steps (derivatives by the documented convention) --------------------------------
 hypot = _row("hypot", 2, np.hypot, "math.hypot({0}, {1})",  # a cone at the origin: split 1/2 : 1/2 there
@@ -226,48 +228,49 @@ def _min(a: Any, b: Any) -> Any:
 
 
 abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
-           aliases=("__abs__",), to_sympy="Abs", branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"))
+           aliases=("__abs__",), to_sympy="Abs", branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"),
+           finite=True)
 sign = _row("sign", 1, lambda a: np.sign(a) + 0.0, "(np.sign({0}) + 0.0)", (None,), ufunc=np.sign,
-            to_sympy="sign", branch=np.sign)
+            to_sympy="sign", branch=np.sign, finite=True)
 floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, aliases=("__floor__",),
-             to_sympy="floor", branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"))
+             to_sympy="floor", branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"), finite=True)
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
-            to_sympy="ceiling", branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"))
+            to_sympy="ceiling", branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"), finite=True)
 minimum = _row("minimum", 2, _min, "(-(-{0} - {1}) if {0} == 0.0 and {1} == 0.0 else np.minimum({0}, {1}))",
                (lambda a, b, o: 0.5 - 0.5 * sign(a - b), lambda a, b, o: 0.5 + 0.5 * sign(a - b)),
                commutative=True, ufunc=np.minimum, to_sympy="Min",
-               branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2))
+               branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2), finite=True)
 maximum = _row("maximum", 2, _max, "({0} + {1} if {0} == 0.0 and {1} == 0.0 else np.maximum({0}, {1}))",
                (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
                commutative=True, ufunc=np.maximum, to_sympy="Max",
-               branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2))
+               branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2), finite=True)
 relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0) + 0.0)",
-            (lambda a, o: gt(a, 0.0),), to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign)
+            (lambda a, o: gt(a, 0.0),), to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign, finite=True)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
 lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), ufunc=np.less,
           to_sympy=_sympy_cmp("Lt"),
-          branch=_cmp(np.less), **_infix(" < ", CMP, CMP + 1, CMP + 1))
+          branch=_cmp(np.less), **_infix(" < ", CMP, CMP + 1, CMP + 1), finite=True)
 le = _row("le", 2, _cmp(np.less_equal), "(1.0 if {0} <= {1} else 0.0)", (None, None), ufunc=np.less_equal,
           to_sympy=_sympy_cmp("Le"),
-          branch=_cmp(np.less_equal), **_infix(" <= ", CMP, CMP + 1, CMP + 1, r" \leq "))
+          branch=_cmp(np.less_equal), **_infix(" <= ", CMP, CMP + 1, CMP + 1, r" \leq "), finite=True)
 gt = _row("gt", 2, _cmp(np.greater), "(1.0 if {0} > {1} else 0.0)", (None, None), ufunc=np.greater,
           to_sympy=_sympy_cmp("Gt"),
-          branch=_cmp(np.greater), **_infix(" > ", CMP, CMP + 1, CMP + 1))
+          branch=_cmp(np.greater), **_infix(" > ", CMP, CMP + 1, CMP + 1), finite=True)
 ge = _row("ge", 2, _cmp(np.greater_equal), "(1.0 if {0} >= {1} else 0.0)", (None, None), ufunc=np.greater_equal,
           to_sympy=_sympy_cmp("Ge"), branch=_cmp(np.greater_equal),
-          **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "))
+          **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "), finite=True)
 eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None), ufunc=np.equal,
           commutative=True, to_sympy=_sympy_cmp("Eq"), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0",
-          **_infix(" == ", CMP, CMP + 1, CMP + 1, " = "))
+          **_infix(" == ", CMP, CMP + 1, CMP + 1, " = "), finite=True)
 ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), ufunc=np.not_equal,
           commutative=True, to_sympy=_sympy_cmp("Ne"), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0",
-          **_infix(" != ", CMP, CMP + 1, CMP + 1, r" \neq "))
+          **_infix(" != ", CMP, CMP + 1, CMP + 1, r" \neq "), finite=True)
 where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
              (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
              to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
-             branch=lambda c, a, b: c != 0)
-stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy="StopGradient")
+             branch=lambda c, a, b: c != 0, finite=True)
+stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy="StopGradient", finite=True)
 # fmt: on
 
 # ---- rolled: index symbols, arrays, loads, reductions over an index, tensors --------------------
@@ -298,23 +301,24 @@ def _reduction(name: str) -> Op:
                 template=lambda node: (f"{name}(", (0, 0), ", ", *_ranges(node, 1), ")"),
                 latex=_reduction_latex, latex_prec=ADD,
                 evaluate=lambda node, args, ctx: ctx.reduce(name, args[0], node.args[1]),
-                doc=f"{name} over an index range of a body that may use the index")
+                doc=f"{name} over an index range of a body that may use the index", finite=True)
 
 
 index = _row("index", 0, None, None, kind="rolled", doc="an index symbol over 0 .. n-1 (payload: name, n)",
-             evaluate=lambda node, args, ctx: ctx.index(node))
+             evaluate=lambda node, args, ctx: ctx.index(node), finite=True)
 array = _row("array", 0, None, None, kind="rolled", array_valued=True,
              doc="a symbolic array input (payload: name, shape)",
-             evaluate=lambda node, args, ctx: ctx.array(node))
+             evaluate=lambda node, args, ctx: ctx.array(node), finite=True)
 table = _row("table", 0, None, None, kind="rolled", array_valued=True,
              doc="a constant integer array (payload: shape, values)",
-             evaluate=lambda node, args, ctx: np.array(node.payload[1], dtype=float).reshape(node.payload[0]))
+             evaluate=lambda node, args, ctx: np.array(node.payload[1], dtype=float).reshape(node.payload[0]),
+             finite=True)
 load = _row("load", -1, None, None, kind="rolled", to_sympy=lambda arr, *address: arr[address],
             template=lambda node: ((0, ATOM), "[", *_indices(node), "]"),
             latex=lambda node: ((0, ATOM), "_{", *_indices(node), "}"),
             evaluate=lambda node, args, ctx: ctx.load(args[0], args[1:], node.payload == "guarded"),
             doc="an element of an array at index expressions: x[i + 1, j] (payload \"guarded\": see "
-                "rolled.subscript)")
+                "rolled.subscript)", finite=True)
 sum_ = _reduction("sum")
 max_ = _reduction("max")
 min_ = _reduction("min")
@@ -323,7 +327,7 @@ tensor = _row("tensor", -1, None, None, kind="rolled", array_valued=True, binds=
               template=lambda node: ("tensor(", (0, 0), ", ", *_ranges(node, 1), ")"),
               latex=lambda node: (r"\left[", (0, 0), r"\right]_{", *_indices(node), "}"), latex_prec=POW,
               evaluate=lambda node, args, ctx: ctx.materialise(args[0], node.args[1:]),
-              doc="the array whose element at the index arguments is the body")
+              doc="the array whose element at the index arguments is the body", finite=True)
 scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, binds=True,
                template=lambda node: ("scatter(", *call_template("", 1 + node.payload[1], "")[1:-1], ", ",
                                       *_ranges(node, 1 + node.payload[1]), ")"),
@@ -335,7 +339,7 @@ as_index = _row("as_index", 2, None, "float(fastmath.as_index({0}, {1}))", (None
                 evaluate=lambda node, args, ctx: ctx.as_index(args[0], args[1]),
                 doc="the integer a value read from an integer data array gives as an index into an axis of "
                     "size n (args: value, n): its integer part, negative values counted from the end as in "
-                    "NumPy (a gather whose index array is a traced argument)")
+                    "NumPy (a gather whose index array is a traced argument)", finite=True)
 cumsum = _row("cumsum", 1, None, None, kind="rolled", array_valued=True,
               template=lambda node: ("cumsum(", (0, 0), f", axis={node.payload[0]}",
                                      ", reverse)" if node.payload[1] else ")"),
@@ -343,7 +347,7 @@ cumsum = _row("cumsum", 1, None, None, kind="rolled", array_valued=True,
                                   f"_{{{node.payload[0]}}}\\left(", (0, 0), r"\right)"),
               evaluate=lambda node, args, ctx: ctx.cumsum(args[0], *node.payload),
               doc="the running sums of an array along an axis, from its start (from its end: reverse); "
-                  "a sequential loop (payload: axis, reverse)")
+                  "a sequential loop (payload: axis, reverse)", finite=True)
 
 scan = _row("scan", -1, None, None, kind="rolled", array_valued=True,
             template=lambda node: ("scan(", str(node.payload[2]), *(x for k in range(len(node.args))
