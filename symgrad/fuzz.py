@@ -41,6 +41,7 @@ import numpy as np
 
 import symgrad as sg
 from symgrad import trace
+from symgrad.expr import interp
 
 # Relative tolerances. A backend against the interpreter: the same formulas, so only rounding (the
 # compiled transcendental functions are within 3 ulp of NumPy's) separates them; errors are scaled by
@@ -677,9 +678,10 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
 
 
-def _mismatch(got: Any, ref: Any, rtol: float) -> str | None:
+def _mismatch(got: Any, ref: Any, rtol: float, floor: float = 0.0) -> str | None:
     """None where ``got`` matches ``ref`` to ``rtol`` of the entry plus ``rtol`` of the largest entry (at least 1:
-    the inputs are of order 1, so rounding errors are too), else how it differs.
+    the inputs are of order 1, so rounding errors are too) plus ``floor`` (the reference's own rounding noise,
+    see _Checker._noise), else how it differs.
 
     >>> _mismatch([1.0, 2.0], [1.0, 2.0 + 1e-13], 1e-10) is None
     True
@@ -695,7 +697,7 @@ def _mismatch(got: Any, ref: Any, rtol: float) -> str | None:
     both_nan = np.isnan(got) & np.isnan(ref)
     err = np.where(both_nan, 0.0, np.abs(got - ref))
     scale = max(float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0)), initial=0.0)), 1.0)
-    bad = ~(err <= rtol * (np.abs(ref) + scale)) & ~both_nan & ~((got == ref) & np.isinf(ref))
+    bad = ~(err <= rtol * (np.abs(ref) + scale) + floor) & ~both_nan & ~((got == ref) & np.isinf(ref))
     if not bad.any():
         return None
     worst = np.unravel_index(int(np.argmax(np.where(bad, err, -1.0))), ref.shape) if ref.ndim else ()
@@ -725,10 +727,12 @@ def _grads(result: Any, argnums: tuple[int, ...]) -> list[np.ndarray]:
     return [np.asarray(g) for g in (result if len(argnums) > 1 else (result,))]
 
 
-def _vg(program: Program, f: Callable, inputs: list, backend: str) -> tuple[float, list[np.ndarray], bool, str]:
-    """Value, gradients, whether it traced rolled, and the backend that actually ran."""
+def _vg(program: Program, f: Callable, inputs: list, backend: str,
+        F: Callable | None = None) -> tuple[float, list[np.ndarray], bool, str]:
+    """Value, gradients, whether it traced rolled, and the backend that actually ran (by ``F``, a
+    value_and_grad of ``f`` on that backend, where given: its traces are kept)."""
     argnums = program.argnums[0] if len(program.argnums) == 1 else program.argnums
-    F = sg.value_and_grad(f, argnums=argnums, backend=backend)
+    F = F or sg.value_and_grad(f, argnums=argnums, backend=backend)
     value, g = F(*inputs)
     t = F.trace(*inputs)
     return float(value), _grads(g, program.argnums), t.indexed, t.compiled.backend
@@ -745,6 +749,7 @@ class _Checker:
         self.found: list[Disagreement] = []
         self.status = "ok"  # or "invalid" (NumPy fails), "unsupported" (the tracer refuses), "fallback"
         self.note = ""
+        self._interpreter: Callable | None = None  # value_and_grad on the interpreter (traced once, called thrice)
 
     def wanted(self, probe: str) -> bool:
         return self.only is None or self.only == probe
@@ -752,8 +757,8 @@ class _Checker:
     def add(self, probe: str, quantity: str, kind: str, detail: str) -> None:
         self.found.append(Disagreement(probe, quantity, kind, detail, self.program))
 
-    def compare(self, probe: str, quantity: str, got: Any, ref: Any, rtol: float) -> None:
-        detail = _mismatch(got, ref, rtol)
+    def compare(self, probe: str, quantity: str, got: Any, ref: Any, rtol: float, floor: float = 0.0) -> None:
+        detail = _mismatch(got, ref, rtol, floor)
         if detail:
             self.add(probe, quantity, "nan" if _nan_only(got, ref, rtol) else "wrong", detail)
 
@@ -783,6 +788,7 @@ class _Checker:
             if not rolled and max(np.size(a) for a in inputs) >= trace.ROLLED_MIN:
                 self.status, self.note = "fallback", self._why_not_rolled(f, inputs)
             self.reference = value, grads
+            self.noise = self._noise(f, inputs, value, grads, expected)
             if self.wanted("python"):
                 self.compare("python", "value", value, expected, VALUE_RTOL)
             if self.wanted("fd"):
@@ -800,7 +806,45 @@ class _Checker:
     def _value_and_grad(self, probe: str, f: Callable, inputs: list) -> tuple:
         if probe in self.runners:
             return self.runners[probe](self.program, f, inputs)
-        return _vg(self.program, f, inputs, probe if probe in ("python", "vm", "numba") else "python")
+        if probe == "python" and self._interpreter is None:
+            argnums = self.program.argnums
+            self._interpreter = sg.value_and_grad(f, argnums=argnums[0] if len(argnums) == 1 else argnums,
+                                                  backend="python")
+        return _vg(self.program, f, inputs, probe if probe in ("python", "vm", "numba") else "python",
+                   self._interpreter if probe == "python" else None)
+
+    def _noise(self, f: Callable, inputs: list, value: float, grads: list,
+               expected: float) -> tuple[float, list[float]]:
+        """How far the interpreter's value and gradients move when each differentiated input moves by an
+        ulp or two (and its value from NumPy's), times 8: the rounding noise of terms that cancel (a sum of
+        deviations is 0 to within the terms' rounding, not the result's). Ties (an element read twice),
+        signs and orders stay. At most 1e-6 of the largest entry, so no real error hides under it.
+        """
+        moved_v, moved_g = abs(expected - value), [0.0] * len(grads)
+        terms = [0.0]  # the largest sum of |entries| of any value the interpreter computes
+
+        def observe(v: Any) -> None:
+            if isinstance(v, np.ndarray | float) and np.isrealobj(v):
+                terms[0] = max(terms[0], float(np.sum(np.abs(v), where=np.isfinite(v))))
+        rng = np.random.default_rng(self.program.seed + 2)
+        for _ in range(2):
+            scaled = [a * (1 + rng.choice([-2.0, 2.0], np.shape(a)) * 2.0 ** -52) if k in self.program.argnums
+                      else a for k, a in enumerate(inputs)]
+            token = interp.OBSERVER.set(observe)
+            try:
+                v, gs, _, _ = self._value_and_grad("python", f, scaled)
+            except Exception:
+                return 0.0, [0.0] * len(grads)
+            finally:
+                interp.OBSERVER.reset(token)
+            moved_v = max(moved_v, abs(v - value))
+            moved_g = [max(m, float(np.max(np.abs(g - r), initial=0.0))) for m, g, r in zip(moved_g, gs, grads)]
+
+        def capped(moved: float, ref: Any) -> float:
+            top = float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0)), initial=0.0))
+            noise = max(8 * moved, 16 * 2.0 ** -52 * terms[0])
+            return min(noise, 1e-6 * max(top, 1.0)) if np.isfinite(noise) else 0.0
+        return capped(moved_v, value), [capped(m, g) for m, g in zip(moved_g, grads)]
 
     def _why_not_rolled(self, f: Callable, inputs: list) -> str:
         F = sg.value_and_grad(f, argnums=self.program.argnums, backend="python")
@@ -831,7 +875,8 @@ class _Checker:
             misses = []
             for h in FD_STEPS:
                 fd = (self._moved(f, inputs, dirs, h) - self._moved(f, inputs, dirs, -h)) / (2 * h)
-                tol = FD_RTOL * (gnorm + abs(exact)) + 1e-12 * max(1.0, abs(float(f(*inputs)))) / h
+                rounding = 1e-12 * max(1.0, abs(float(f(*inputs)))) + self.noise[0]
+                tol = FD_RTOL * (gnorm + abs(exact)) + rounding / h
                 misses.append((not abs(fd - exact) <= tol, fd))  # (a nan gradient misses too)
             if all(m for m, _ in misses):
                 self.add("fd", "grad", "nan" if np.isnan(exact) else "wrong",
@@ -847,9 +892,9 @@ class _Checker:
         except Exception as e:
             self.add("element", "value", "error", _error(e))
             return
-        self.compare("element", "value", value, v, BACKEND_RTOL)  # (the element trace as the reference)
-        for name, got, ref in zip(names, grads, gs):
-            self.compare("element", f"d/d{name}", got, ref, BACKEND_RTOL)
+        self.compare("element", "value", value, v, BACKEND_RTOL, self.noise[0])  # (the element trace as reference)
+        for name, got, ref, floor in zip(names, grads, gs, self.noise[1]):
+            self.compare("element", f"d/d{name}", got, ref, BACKEND_RTOL, floor)
 
     def _backend(self, b: str, f: Callable, inputs: list, value: float, grads: list, names: list) -> None:
         try:
@@ -860,9 +905,9 @@ class _Checker:
         if actual != b and b not in self.runners:
             self.note = f"{b} ran as {actual}"
             return
-        self.compare(b, "value", v, value, BACKEND_RTOL)
-        for name, got, ref in zip(names, gs, grads):
-            self.compare(b, f"d/d{name}", got, ref, BACKEND_RTOL)
+        self.compare(b, "value", v, value, BACKEND_RTOL, self.noise[0])
+        for name, got, ref, floor in zip(names, gs, grads, self.noise[1]):
+            self.compare(b, f"d/d{name}", got, ref, BACKEND_RTOL, floor)
 
     # extras: other transforms on every backend, the interpreter's checked against the gradient
 

@@ -218,6 +218,24 @@ def test_std_over_an_axis_of_one_element():
                                       np.zeros((1, 70)))
 
 
+@pytest.mark.parametrize("name", ["std of a constant scan carry", "std of a tied pair", "norm of zeros"])
+def test_spread_and_norm_at_zero_have_derivative_zero(name):
+    """np.std of equal entries and the norm of zeros: 0 (as |x| at 0, and as central differences) on
+    every backend and traced element by element (the rolled trace gave nan or 0.5, the element trace 0
+    where 0 * w folded; found by symgrad.fuzz)."""
+    def scan_std(w):
+        return np.std(sg.scan(lambda c, r: (c * r, None), np.zeros(4), w)[0])
+
+    fn = {"std of a constant scan carry": scan_std,
+          "std of a tied pair": lambda x: np.std(x[np.array([3, 3])]) + np.sum(x),
+          "norm of zeros": lambda x: np.linalg.norm(x * 0.0) + np.linalg.norm(x[:2] - x[:2])}[name]
+    w = np.random.default_rng(3).normal(size=70)
+    want = np.zeros(70) if name != "std of a tied pair" else np.ones(70)
+    np.testing.assert_array_equal(_element(fn, (w,), 0)[1], want)
+    for backend in ("python", "vm"):
+        np.testing.assert_array_equal(sg.grad(fn, backend=backend)(w), want, err_msg=backend)
+
+
 def test_an_array_of_traced_arrays_returned_has_numpys_shape():
     """np.array([x, 2 * x]) returned from a rolled trace came back as two numbers."""
     x = np.arange(72.0).reshape(8, 9)

@@ -221,6 +221,10 @@ def _gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> A
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def _roots(v: Any) -> Any:
+    return wrap(np.frompyfunc(ndarrays.root_of_squares, 1, 1)(np.asarray(v, dtype=object)))
+
+
 def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:
     x = wrap(np.asarray(x, dtype=object))
     if axis is None:
@@ -229,7 +233,7 @@ def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
     a = np.abs(x)
     if len(axes) == 1 or ord is None:
         if ord is None or ord == 2:
-            r = np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims))
+            r = _roots(np.sum(x * x, axis=axes, keepdims=keepdims))
         elif ord == np.inf:
             r = np.max(a, axis=axes, keepdims=keepdims)
         elif ord == -np.inf:
@@ -240,7 +244,7 @@ def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
             r = np.sum(a ** float(ord), axis=axes, keepdims=keepdims) ** (1.0 / float(ord))
         return wrap(r)
     if ord is None and len(axes) > 1 or ord == "fro":
-        return wrap(np.sqrt(np.sum(x * x, axis=axes, keepdims=keepdims)))
+        return _roots(np.sum(x * x, axis=axes, keepdims=keepdims))
     row, col = (int(k) % x.ndim for k in axes)
     reductions = {1: (row, np.max), -1: (row, np.min), np.inf: (col, np.max),
                   -np.inf: (col, np.min)}
@@ -263,7 +267,8 @@ def _needs_values(alternative: str) -> Callable:
 
 _OVERRIDES: dict[Any, Callable] = {
     np.where: _where, np.clip: _clip, np.nan_to_num: _nan_to_num, np.select: _select, np.linspace: _linspace,
-    np.gradient: _gradient, np.linalg.norm: _norm, np.round: lambda a, decimals=0, out=None: wrap(
+    np.gradient: _gradient, np.linalg.norm: _norm, np.std: lambda *args, **kwargs: _roots(np.var(*args, **kwargs)),
+    np.round: lambda a, decimals=0, out=None: wrap(
         _F["div"](np.frompyfunc(rint, 1, 1)(np.asarray(a, dtype=object) * 10.0 ** decimals), 10.0 ** decimals)),
     np.linalg.solve: linalg.solve, np.linalg.inv: linalg.inv, np.linalg.det: linalg.det,
     np.linalg.slogdet: linalg.slogdet, np.linalg.cholesky: linalg.cholesky,

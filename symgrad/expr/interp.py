@@ -7,6 +7,7 @@ give nan/inf as in NumPy, never exceptions.
 
 from __future__ import annotations
 
+import contextvars
 from numbers import Complex
 from typing import Any
 
@@ -157,6 +158,11 @@ _OBJECT_REDUCE = {name: np.frompyfunc(lambda a, b, op=ops.OPS[op]: apply(op, (a,
                   for name, op in (("sum", "add"), ("max", "maximum"), ("min", "minimum"))}
 
 
+# Called with each value the interpreter computes, where set (symgrad.fuzz scales its tolerances by the
+# magnitude of the intermediate values: terms that cancel leave their rounding, not the result's).
+OBSERVER: contextvars.ContextVar = contextvars.ContextVar("observer", default=None)
+
+
 def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bool = False) -> dict[Expr, Any]:
     """Evaluate ``order`` (a topological order) given variable values by name.
 
@@ -171,6 +177,7 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
     vals: dict[Expr, Any] = {}
     rolled = None  # how rolled nodes evaluate: made at the first one
     numeric: set[Expr] = set()  # symbolic: the nodes of index symbols and constants, kept as numbers
+    observe = None if symbolic else OBSERVER.get()
     with np.errstate(all="ignore"):
         for i, node in enumerate(order):
             op = node.op
@@ -198,6 +205,8 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
                 numeric.add(node)
             else:
                 vals[node] = _ELEMENTWISE[op](*(vals[a] for a in node.args))
+            if observe is not None:
+                observe(vals[node])
             for a in node.args:
                 if last_use[a] == i and a not in keep:
                     vals.pop(a, None)

@@ -539,7 +539,20 @@ def std(*args: Any, **kwargs: Any) -> Any:
     >>> sg.evaluate(std(x), {x: [1.0, 3.0]})
     1.0
     """
-    return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)), (var(*args, **kwargs),))
+    return elementwise(root_of_squares, (var(*args, **kwargs),))
+
+
+def root_of_squares(v: Any) -> Expr:
+    """The square root of a sum of squares (np.std, np.linalg.norm), whose derivative is 0 where it is 0
+    (as ``|x|``'s at 0, and central differences: the spread of a constant, the norm of 0, moves as fast
+    up as down; sqrt's partial there is inf).
+
+    >>> import symgrad as sg
+    >>> x = sg.Var("x")
+    >>> sg.evaluate(sg.diff(root_of_squares(x * x), x), {x: 0.0})
+    0.0
+    """
+    return apply(ops.OPS["where"], (apply(ops.OPS["eq"], (v, 0.0)), 0.0, apply(ops.OPS["sqrt"], (v,))))
 
 
 MAX_PIECES = 8  # arrays joined by one concatenate / stack in rolled form
@@ -814,8 +827,7 @@ def norm(x: Expr, ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
         raise ValueError("Invalid norm order 'fro' for vectors")
     absolute = elementwise(lambda v: apply(ops.OPS["abs"], (v,)), (x,))
     if ord in (None, 2, "fro") and (vector or ord != 2):
-        return elementwise(lambda v: apply(ops.OPS["sqrt"], (v,)),
-                           (reduce("sum", elementwise(lambda v: v * v, (x,)), axis, keepdims),))
+        return elementwise(root_of_squares, (reduce("sum", elementwise(lambda v: v * v, (x,)), axis, keepdims),))
     if not vector:
         raise TracingError(f"np.linalg.norm(ord={ord!r}) of a matrix has no rolled form")
     if ord in (np.inf, -np.inf):
