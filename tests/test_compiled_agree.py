@@ -347,3 +347,18 @@ def test_np_max_over_several_axes_shares_evenly_among_all_its_ties():
         np.testing.assert_allclose(g, top / top.sum() + low / low.sum(), rtol=1e-15, err_msg=backend)
         assert sg.jvp(lambda u: np.max(u), (a,), (np.ones_like(a),), backend=backend)[1] == pytest.approx(1.0)
     _agree(lambda u: np.max(u) * 2 + np.min(u), (a,))
+
+
+def test_two_scans_with_the_same_step_fill_their_own_rows():
+    """A gradient recomputes a scan whose initial carry and rows are read at equal but different
+    addresses (t3[l + 1 + 1] and t3[l + 2]): two scans, one (hash-consed) step. The compiled loops
+    wrote the second scan's rows into the first's last row and read uninitialised memory (nan, inf or
+    a wrong number; the loop VM was right; found by symgrad.fuzz)."""
+    def f(w):
+        _, v4 = sg.scan(lambda c, r: (c * 0.9 + r, c * 0.9 + r), 0.0, w)
+        v6 = v4[1:]
+        _, v9 = sg.scan(lambda c, r: (c[::-1] * 0.5 + r, c[::-1] * 0.5 + r), v6[:8], v6)
+        return np.sum(v9 * v9)
+
+    w = np.random.default_rng(5).normal(size=128)
+    _agree(f, (w,), ("python", "vm", "numba"))

@@ -303,6 +303,9 @@ class _Filler:
         buffers[node] = full
         top.lines.append(f"{full} = {self.take((length + 1) * size)}.reshape({node.shape!r})")
         top.lines += _copied(emitter, "work", at + length * size if reverse else at, buffers[init], size)
+        for n in inner.order:  # a step equal to an earlier scan's (hash-consed) fills this scan's rows
+            if n.op.name != "table":
+                buffers.pop(n, None)
         t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
         before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
         for placeholder, source in ((step.carry, f"{full}[{before}]"),
