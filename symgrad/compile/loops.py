@@ -26,7 +26,7 @@ from symgrad.compile import cache, fastmath
 from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
-from symgrad.compile.schedule import Schedule, Step, ranges, riders, riding, schedule, slots
+from symgrad.compile.schedule import Schedule, ScheduleError, Step, ranges, riders, riding, schedule, slots
 from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
@@ -317,6 +317,9 @@ class _Filler:
         self.arrays(inner, body, {result: f"{full}[{after}]"})
         if result.op.name in ("array", "table"):  # planned away (a copy of a row or of the carry)
             body.lines += _copied(emitter, "work", f"{at} + ({after}) * {size}", buffers[result], size)
+        elif f"{buffers[result]} = {full}[{after}]" not in body.lines:
+            raise ScheduleError(f"the loops of {str(node)[:80]} do not write its rows (its step fills "
+                                f"{buffers[result]})")
         top.lines.append(f"for {t} in range({length - 1}, -1, -1):" if reverse else f"for {t} in range({length}):")
         top.lines += ["    " + line for line in body.lines]
 
