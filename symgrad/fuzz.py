@@ -28,8 +28,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import multiprocessing
+import os
 import re
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -1296,10 +1298,23 @@ def _one_per_key(found: list[Disagreement]) -> list[Disagreement]:
 def _job(settings: dict) -> tuple[list[Disagreement], dict]:
     """One process's share of a soak: ``run`` with these settings; its disagreements and counts."""
     settings = dict(settings)
+    if settings.get("parent") is not None:  # (a worker process)
+        _exit_with_parent(settings["parent"])
+    settings.pop("parent", None)
     tag, quiet = settings.pop("tag"), settings.pop("quiet")
     stats: dict = {}
     log = None if quiet else (lambda s: print("\n".join(tag + line for line in s.split("\n")), flush=True))
     return run(**settings, log=log, stats=stats), stats
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this process when ``parent``, the one that started it, has ended (a soak killed by its pid,
+    not Ctrl-C, left its workers running on)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _added(parts: list[dict]) -> dict:
@@ -1340,7 +1355,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = [dict(programs=share, seed=a.seed + k, backends=a.backends, numba_every=a.numba_every,
                      extras_every=a.extras_every, minutes=minutes, element_every=a.element_every,
                      minimise_seconds=0.0 if a.no_minimise else a.minimise_seconds,
-                     tag=f"[seed {a.seed + k}] " if jobs > 1 else "", quiet=a.quiet) for k in range(jobs)]
+                     tag=f"[seed {a.seed + k}] " if jobs > 1 else "", quiet=a.quiet,
+                     parent=os.getpid() if jobs > 1 else None) for k in range(jobs)]
     if jobs == 1:
         found, stats = _job(settings[0])
     else:

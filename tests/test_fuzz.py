@@ -5,6 +5,11 @@ the loop VM and (sparingly) the Numba loops.
 The fixed-budget runs are real bug hunts: while a backend computes silently wrong values they fail, listing
 each disagreement with its minimised program (a script to paste)."""
 
+import os
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 
@@ -162,6 +167,42 @@ def test_jobs_split_the_programs_and_add_up_the_counts(capsys):
     assert fuzz._added([{"programs": 2, "ok": 2, "reasons": {"a": 1}, "kinds": {}},
                         {"programs": 3, "ok": 1, "reasons": {"a": 2, "b": 1}, "kinds": {"nan": 1}}]) == {
         "programs": 5, "ok": 3, "reasons": {"a": 3, "b": 1}, "kinds": {"nan": 1}}
+
+
+def test_jobs_end_with_the_process_that_started_them():
+    """A soak killed by its pid (kill, not Ctrl-C) took its workers along; they ran on, orphaned."""
+    soak = subprocess.Popen([sys.executable, "-m", "symgrad.fuzz", "--minutes", "5", "--jobs", "2", "--quiet"])
+    workers: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        workers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(int(d)) == soak.pid
+                   and b"spawn_main" in _command(int(d))]
+    soak.kill()
+    soak.wait()
+    assert len(workers) == 2
+    deadline = time.monotonic() + 30
+    while any(_parent(w) is not None for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert all(_parent(w) is None for w in workers), "workers still running"
+
+
+def _command(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of a running process (None when it has ended or is a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in "ZX" else int(fields[1])
 
 
 # ----------------------------------------------------------------------------------------------
