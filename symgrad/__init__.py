@@ -8,7 +8,7 @@
 
 from types import ModuleType as _ModuleType
 
-from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad import compile, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
 from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
@@ -28,6 +28,17 @@ from symgrad.expr.serialize import FormatError, dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
 from symgrad.parse import ParseError
+from symgrad.pytree import (
+    ravel_pytree,
+    register_dataclass,
+    register_pytree_node,
+    register_pytree_node_class,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_structure,
+    tree_unflatten,
+)
 from symgrad.trace import Function, grad, hessian, hvp, jacobian, jit, jvp, value_and_grad, vjp
 
 exp = _FUNCS["exp"]
@@ -65,6 +76,8 @@ relu = _FUNCS["relu"]
 where = _FUNCS["where"]
 stop_gradient = _FUNCS["stop_gradient"]
 lt, le, gt, ge, eq, ne = (_FUNCS[n] for n in ("lt", "le", "gt", "ge", "eq", "ne"))
+
+tree_util = tree = pytree  # JAX's jax.tree_util.tree_map and jax.tree.map: sg.tree_util.tree_map, sg.tree.map
 
 __version__ = "0.1.0"
 
