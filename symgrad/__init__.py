@@ -39,7 +39,7 @@ from symgrad.pytree import (
     tree_structure,
     tree_unflatten,
 )
-from symgrad.trace import Function, grad, hessian, hvp, jacobian, jit, jvp, value_and_grad, vjp
+from symgrad.trace import Function, grad, hessian, hvp, jacfwd, jacobian, jacrev, jit, jvp, value_and_grad, vjp
 
 exp = _FUNCS["exp"]
 log = _FUNCS["log"]

@@ -36,6 +36,7 @@ import types
 import warnings
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -1253,6 +1254,30 @@ def jacobian(f: Any, wrt: Any = None, *, sparse: bool = False, argnums: Any = No
         return Function(f, "jacobian", _argnums(wrt, argnums), sparse=sparse, **_options("jacobian", options))
     _options("jacobian", options, ())
     return sparse_jacobian(f, wrt) if sparse else symbolic.jacobian(f, wrt)
+
+
+def jacfwd(fun: Callable, argnums: Any = 0, **options: Any) -> Function:
+    """JAX's ``jacfwd``: the :func:`jacobian` of a Python function, a block ``output.shape +
+    argument.shape`` per output leaf and differentiated argument. Derivatives are formulas here:
+    forward and reverse mode give the same ones, and the same numbers.
+
+    >>> import numpy as np, symgrad as sg
+    >>> sg.jacfwd(lambda x: x ** 2)(np.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
+    return jacobian(fun, argnums=argnums, **options)
+
+
+def jacrev(fun: Callable, argnums: Any = 0, **options: Any) -> Function:
+    """JAX's ``jacrev``: the :func:`jacobian` of a Python function (as :func:`jacfwd`).
+
+    >>> import numpy as np, symgrad as sg
+    >>> sg.jacrev(lambda x, y: x * y, argnums=(0, 1))(np.array([1.0, 2.0]), 3.0)
+    (array([[3., 0.],
+           [0., 3.]]), array([1., 2.]))
+    """
+    return jacobian(fun, argnums=argnums, **options)
 
 
 def hessian(f: Any, wrt: Any = None, *, sparse: bool = False, argnums: Any = None, **options: Any) -> Any:

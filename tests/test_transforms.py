@@ -206,3 +206,25 @@ def test_check_grad_on_python_functions_uses_the_function_itself_for_the_numbers
     assert sg.check_grad(odd, 1.5).status == ["FAIL"]
     with pytest.raises(sg.GradientCheckError):
         sg.check_grad(odd, 1.5, raise_on_failure=True)
+
+
+@pytest.mark.parametrize("name", ["jacfwd", "jacrev"])
+def test_jacfwd_and_jacrev_give_jaxs_blocks(name):
+    """Blocks output.shape + argument.shape per output leaf and argument, against central differences."""
+    jac = getattr(sg, name)
+
+    def fn(x, w):
+        return {"a": np.sin(x) * w, "b": np.sum(x ** 2) * w}
+
+    x, w = np.random.default_rng(4).normal(size=(2, 3)), 0.7
+    J = jac(fn, argnums=(0, 1))(x, w)
+    assert J["a"][0].shape == (2, 3, 2, 3) and J["a"][1].shape == (2, 3) and J["b"][0].shape == (2, 3)
+    h = 1e-6
+    for k in np.ndindex(2, 3):
+        e = np.zeros((2, 3))
+        e[k] = h
+        column = (fn(x + e, w)["a"] - fn(x - e, w)["a"]) / (2 * h)
+        np.testing.assert_allclose(J["a"][0][(..., *k)], column, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(J["a"][1], np.sin(x), rtol=1e-12)
+    np.testing.assert_allclose(J["b"][0], 2 * x * w, rtol=1e-12)
+    assert jac(np.tanh)(0.3) == pytest.approx(1 - np.tanh(0.3) ** 2, rel=1e-12)  # argnums=0 by default
