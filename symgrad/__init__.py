@@ -39,6 +39,7 @@ from symgrad.pytree import (
     tree_structure,
     tree_unflatten,
 )
+from symgrad.special import log_softmax, logsumexp, softmax
 from symgrad.trace import Function, grad, hessian, hvp, jacfwd, jacobian, jacrev, jit, jvp, value_and_grad, vjp
 
 exp = _FUNCS["exp"]
