@@ -10,11 +10,14 @@ which smooth piece each kink op is on, and a change of piece is a kink.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from symgrad import pytree
 from symgrad.expr.diff import _check_wrt, _scalar, grad
 from symgrad.expr.interp import _bindings, run
 from symgrad.expr.node import Expr
@@ -90,56 +93,132 @@ def _frozen(f: Expr, centre: dict[str, float]) -> Expr:
     return substitute(f, {n: float(np.real(values[n])) for n in stops})
 
 
-def check_grad(f: Any, *args: Any, grad_exprs: Any = None, h: float | None = None, rtol: float = 1e-6,
-               atol: float = 1e-8, raise_on_failure: bool = False) -> GradCheckReport:
-    """Compare the gradient of ``f`` with finite differences: ``check_grad(expr, wrt, point)`` for an
-    expression, ``check_grad(fn, *args)`` for a Python function of floats and arrays.
+ELEMENTS_MAX = 64  # differentiated entries checked one by one; beyond, random directions
+DIRECTIONS = 3  # the random directions checked beyond ELEMENTS_MAX
 
-    For a function, the gradient with respect to every argument comes from tracing ``fn``;
-    the finite differences call ``fn`` itself on NumPy floats, so a tracing error shows up as
-    a failure. Kinks are found on the traced expression, as for expressions.
+
+def check_grad(f: Any, *args: Any, argnums: int | Sequence[int] | None = None, order: int = 1,
+               grad_exprs: Any = None, h: float | None = None, rtol: float = 1e-6, atol: float = 1e-8,
+               raise_on_failure: bool = False) -> GradCheckReport:
+    """Compare the gradient of ``f`` with finite differences: ``check_grad(expr, wrt, point)`` for an
+    expression, ``check_grad(fn, *args)`` for a Python function (JAX's ``check_grads``).
+
+    For a function, the gradient with respect to the arguments ``argnums`` (by default every
+    argument of floats: numbers, arrays and pytrees of them; the others are data) comes from tracing
+    ``fn``; the finite differences call ``fn`` itself on NumPy floats, so a tracing error shows up
+    as a failure. Up to 64 differentiated entries are checked one by one, more along 3 random
+    directions. ``order=2`` also checks the gradient of the gradient (along a random direction), and
+    so on. An entry whose stencil crosses a kink (the slopes on its two sides differ) is "kink".
 
     >>> import numpy as np, symgrad as sg
     >>> sg.check_grad(lambda x, y: np.sum(np.sin(x) * y), np.array([0.5, 1.0]), 2.0).status
     ['ok', 'ok', 'ok']
+    >>> sg.check_grad(lambda p: np.sum(p["W"] ** 3), {"W": np.ones(100)}, order=2).status
+    ['ok', 'ok', 'ok', 'ok', 'ok', 'ok']
     """
     if callable(f) and not isinstance(f, Expr):
-        return _check_function(f, args, h, rtol, atol, raise_on_failure)
+        if grad_exprs is not None:
+            raise TypeError("check_grad: grad_exprs is for expressions; a function's gradient is traced")
+        return _check_function(f, args, argnums, order, h, rtol, atol, raise_on_failure)
+    if argnums is not None or order != 1:
+        raise TypeError("check_grad: argnums and order are for Python functions; an expression takes wrt")
     wrt, point = args
     return _check_expr(f, wrt, point, grad_exprs=grad_exprs, h=h, rtol=rtol, atol=atol,
                        raise_on_failure=raise_on_failure)
 
 
-def _check_function(fn: Any, args: tuple, h: float | None, rtol: float, atol: float,
-                    raise_on_failure: bool) -> GradCheckReport:
-    from symgrad.trace import Function  # the function-level API builds on this module's users
+def _floats(tree: Any) -> bool:
+    """Whether every leaf of ``tree`` is a real floating number or array (what is differentiated)."""
+    leaves = pytree.tree_leaves(tree)
+    return bool(leaves) and all(isinstance(leaf, float) or np.issubdtype(np.asarray(leaf).dtype, np.floating)
+                                for leaf in leaves)
 
-    args = tuple(np.asarray(a, dtype=float) for a in args)
-    t = Function(fn, "grad", tuple(range(len(args))), backend="python").trace(*args)
-    out = t.outputs[0][0][0]
-    point = {v.payload: float(x) for v, x in zip(t.inputs, np.concatenate([a.ravel() for a in args]))}
-    expr_report = _check_expr(out, t.inputs, point, h=h, rtol=rtol, atol=atol)
-    flat = np.concatenate([a.ravel() for a in args]) if args else np.zeros(0)
-    cuts = np.cumsum([0, *(a.size for a in args)])
+
+def _names(fn: Any, args: tuple, argnums: tuple[int, ...]) -> list[str]:
+    """A name per differentiated entry: the parameter's, its pytree path and the element's index."""
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in argnums:
+        base = params[i] if i < len(params) and not params[i].startswith("*") else f"arg{i}"
+        leaves, treedef = pytree.flatten(args[i])
+        for path, leaf in zip(pytree.paths(treedef), leaves):
+            shape = np.shape(leaf)
+            names += [f"{base}{path}" + (f"[{', '.join(map(str, k))}]" if shape else "")
+                      for k in np.ndindex(shape)]
+    return names
+
+
+def _check_function(fn: Any, args: tuple, argnums: Any, order: int, h: float | None, rtol: float,
+                    atol: float, raise_on_failure: bool) -> GradCheckReport:
+    from symgrad.trace import grad  # the function-level API builds on this module's users
+
+    if argnums is None:
+        argnums = tuple(i for i, a in enumerate(args) if _floats(a))
+    argnums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    bad = [i for i in argnums if not (isinstance(i, int) and -len(args) <= i < len(args))]
+    if bad or not argnums:
+        raise ValueError(f"check_grad: argnums {argnums} does not name arguments of floats among the "
+                         f"{len(args)} given")
+    argnums = tuple(i % len(args) for i in argnums)
+    args = tuple(pytree.tree_map(lambda leaf: np.asarray(leaf, dtype=float), a) if i in argnums else a
+                 for i, a in enumerate(args))
+    flat, unravel = pytree.ravel_pytree(tuple(args[i] for i in argnums))
 
     def call(x: np.ndarray) -> float:
-        pieces = (x[lo:hi].reshape(a.shape) if a.ndim else x[lo] for lo, hi, a in zip(cuts, cuts[1:], args))
-        return float(fn(*pieces))
+        full = list(args)
+        for i, part in zip(argnums, unravel(x)):
+            full[i] = part
+        return float(np.real(fn(*full)))
 
-    value = call(flat)
-    num = np.empty(flat.size)
-    for i in range(flat.size):
-        step = h or np.finfo(float).eps ** 0.2 * max(1.0, abs(flat[i]))
-        f_at = [call(flat + s * step * np.eye(1, flat.size, i).ravel()) for s in _STENCIL]
-        num[i] = (8 * (f_at[0] - f_at[1]) - (f_at[2] - f_at[3])) / (12 * step)
-    sym = expr_report.grad
-    with np.errstate(all="ignore"):
-        err = np.abs(sym - num)
-        tol = atol * max(1.0, abs(value)) + rtol * np.maximum(np.abs(sym), np.abs(num))
-    status = [s if s in ("kink", "nonfinite") else "ok" if err[i] <= tol[i] else "FAIL"
-              for i, s in enumerate(expr_report.status)]
-    report = GradCheckReport(expr_report.names, value, sym, num, err, status)
+    G = grad(fn, argnums=argnums, backend="python")
+    sym = pytree.ravel_pytree(G(*args))[0]
+    if flat.size <= ELEMENTS_MAX:
+        names, dirs = _names(fn, args, argnums), np.eye(flat.size)
+    else:
+        rng = np.random.default_rng(0)
+        dirs = rng.normal(size=(DIRECTIONS, flat.size))
+        dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+        names = [f"direction {k + 1}" for k in range(DIRECTIONS)]
+    report = _along(call, flat, dirs, dirs @ sym, names, h, rtol, atol)
+    if order > 1:
+        u = unravel(np.random.default_rng(1).normal(size=flat.size))
+
+        def along_u(*a: Any) -> Any:  # the gradient's component along u: its gradient is the Hessian times u
+            g = G(*a)
+            return sum(np.sum(gi * ui) for gi, ui in zip(pytree.tree_leaves(g), pytree.tree_leaves(u)))
+        inner = _check_function(along_u, args, argnums, order - 1, h, rtol, atol, False)
+        report = GradCheckReport(report.names + [f"order {order}: {n}" for n in inner.names], report.value,
+                                 np.concatenate([report.grad, inner.grad]),
+                                 np.concatenate([report.numeric, inner.numeric]),
+                                 np.concatenate([report.error, inner.error]), report.status + inner.status)
     return report.raise_if_failed() if raise_on_failure else report
+
+
+def _along(call: Any, x: np.ndarray, dirs: np.ndarray, sym: np.ndarray, names: list[str], h: float | None,
+           rtol: float, atol: float) -> GradCheckReport:
+    """Each directional derivative ``sym`` against a fourth-order central difference of ``call``."""
+    value = call(x)
+    num, status = np.empty(len(dirs)), []
+    with np.errstate(all="ignore"):
+        for k, d in enumerate(dirs):
+            step = h or np.finfo(float).eps ** 0.2 * max(1.0, float(np.max(np.abs(x[d != 0]), initial=0.0)))
+            fp, fm, fp2, fm2 = (call(x + s * step * d) for s in _STENCIL)
+            num[k] = (8 * (fp - fm) - (fp2 - fm2)) / (12 * step)
+            # a kink: the one-sided slopes' gap does not double from steps h to 2h (for a smooth
+            # function it is f'' h, then 2 f'' h), by more than the rounding of the values
+            gap1, gap2 = (fp - 2 * value + fm) / step, (fp2 - 2 * value + fm2) / (2 * step)
+            noise = 64 * np.finfo(float).eps * max(1.0, abs(value)) / step
+            kink = abs(gap2 - 2 * gap1) > max(noise, 1e-3 * max(abs(sym[k]), abs(num[k])))
+            tol = atol * max(1.0, abs(value)) + rtol * max(abs(sym[k]), abs(num[k]))
+            finite = np.isfinite([value, sym[k], fp, fm, fp2, fm2]).all()
+            if not finite:
+                status.append("FAIL" if np.isfinite(value) and np.isfinite(num[k]) else "nonfinite")
+            else:
+                status.append("kink" if kink else "ok" if abs(sym[k] - num[k]) <= tol else "FAIL")
+    return GradCheckReport(names, value, np.asarray(sym, dtype=float), num, np.abs(sym - num), status)
 
 
 def _check_expr(f: Expr, wrt: Any, point: Any, *, grad_exprs: Any = None, h: float | None = None,

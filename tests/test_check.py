@@ -1,5 +1,6 @@
 """check_grad: wrong gradients caught, kinks reported, bad points named."""
 
+import numpy as np
 import pytest
 
 import symgrad as sg
@@ -30,3 +31,48 @@ def test_check_grad_bad_points():
         sg.check_grad(x * y, [x, y], {x: 1.0})
     with pytest.raises(ValueError, match="no value given for variable 'z'"):
         sg.check_grad(x * y * z, [x, y], [1.0, 2.0])
+
+
+def _loss(p, X, y):
+    Z = X @ p["W"] + p["b"]
+    return -np.sum(sg.log_softmax(Z, axis=1)[np.arange(y.shape[0]), y])
+
+
+def test_functions_of_pytrees_with_data_arguments_and_argnums():
+    """check_grads as JAX has it: dicts of parameters, integer data passed through, entry names."""
+    rng = np.random.default_rng(2)
+    p = {"W": rng.normal(size=(6, 4)), "b": rng.normal(size=4)}
+    X, y = rng.normal(size=(5, 6)), rng.integers(0, 4, 5)
+    report = sg.check_grad(_loss, p, X, y)  # argnums: the arguments of floats (p and X), y is data
+    assert report.ok and len(report.names) == 24 + 4 + 30
+    assert report.names[:2] == ["p['W'][0, 0]", "p['W'][0, 1]"] and report.names[-1] == "X[4, 5]"
+    only_p = sg.check_grad(_loss, p, X, y, argnums=0, order=2)
+    assert only_p.ok and len(only_p.names) == 2 * 28 and only_p.names[28].startswith("order 2: ")
+    with pytest.raises(ValueError, match="argnums"):
+        sg.check_grad(_loss, p, X, y, argnums=5)
+
+
+def test_large_arguments_are_checked_along_random_directions():
+    x = np.random.default_rng(3).normal(size=5000)
+    report = sg.check_grad(lambda v: np.sum(np.sin(v) * v[::-1]), x, order=2)
+    assert report.ok and report.names == [f"direction {k}" for k in (1, 2, 3)] + [
+        f"order 2: direction {k}" for k in (1, 2, 3)]
+    wrong = sg.check_grad(lambda v: np.sum(v * sg.stop_gradient(v)), x)  # gradient v, not 2v
+    assert wrong.status == ["FAIL"] * 3
+
+
+def test_order_two_finds_a_wrong_second_derivative():
+    """Value x**3 and gradient 3 x**2 right, the gradient's own derivative 0 (stopped): order 1 passes,
+    order 2 fails."""
+    def f(x):
+        return np.sum(3 * x * sg.stop_gradient(x ** 2) - 2 * sg.stop_gradient(x ** 3))
+
+    x = np.array([0.5, -1.0, 2.0])
+    assert sg.check_grad(f, x).ok
+    second = sg.check_grad(f, x, order=2)
+    assert second.status[:3] == ["ok"] * 3 and second.status[3:] == ["FAIL"] * 3
+
+
+def test_kinks_of_functions_are_found_from_the_function_itself():
+    report = sg.check_grad(lambda x: np.sum(np.abs(x - 0.5) ** 3 + np.maximum(x, 0)), np.linspace(-1, 1, 5))
+    assert report.status == ["ok", "ok", "kink", "ok", "ok"]  # |x - 0.5|**3 is smooth enough at 0.5
