@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import timeit
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+import symgrad
 from symgrad.check import check_grad
 from symgrad.compile.function import BACKENDS, compile, value_and_grad
 from symgrad.expr.build import Var
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit with status 1 if the gradient check fails")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="what evaluates the compiled function")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--version", action="version", version=f"symgrad {symgrad.__version__}")
     return p
 
 
@@ -156,9 +159,9 @@ def _render(args: argparse.Namespace, out: dict[str, Any], objects: dict[str, An
     f, g, H = objects["f"], objects["g"], objects["H"]
     names = out["wrt"]
     lines = [f"f({', '.join(out['variables'])}) = {f}"]
-    lines += [f"df/d{n} = {format_exprs(e)}" for n, e in zip(names, g)]
+    lines += [_labelled(f"df/d{n}", format_exprs(e)) for n, e in zip(names, g)]
     if H is not None:
-        lines += [f"d2f/d{a}d{b} = {format_exprs(H[i, j])}" for i, a in enumerate(names)
+        lines += [_labelled(f"d2f/d{a}d{b}", format_exprs(H[i, j])) for i, a in enumerate(names)
                   for j, b in enumerate(names) if j >= i]
     if "latex" in out:
         lines += [f"latex {k}: {v}" for k, v in out["latex"].items()]
@@ -166,16 +169,34 @@ def _render(args: argparse.Namespace, out: dict[str, Any], objects: dict[str, An
         return "\n".join(lines)
     lines.append(f"at {', '.join(f'{n} = {v:g}' for n, v in out['at'].items())}:" if out["at"] else
                  "value (no variables):")
-    lines.append(f"  f = {out['value']!r}")
-    lines += [f"  df/d{n} = {v!r}" for n, v in out["gradient_values"].items()]
+    lines.append(f"  f = {_shown(out['value'])}")
+    lines += [f"  df/d{n} = {_shown(v)}" for n, v in out["gradient_values"].items()]
     if H is not None:
-        lines += [f"  d2f/d{a}d{b} = {out['hessian_values'][i][j]!r}" for i, a in enumerate(names)
+        lines += [f"  d2f/d{a}d{b} = {_shown(out['hessian_values'][i][j])}" for i, a in enumerate(names)
                   for j, b in enumerate(names) if j >= i]
     lines.append(f"compiled value-and-gradient ({out['backend']}, {out['n_ops']} ops): ready in "
                  f"{out['ready_s']:.2f} s, {out['per_call_us']:.2f} us per call")
     lines.append("gradient check against central finite differences:")
     lines += ["  " + line for line in str(objects["report"]).splitlines()]
     return "\n".join(lines)
+
+
+def _labelled(label: str, text: str) -> str:
+    """``label = text``; a let-form (several lines) under its label, indented.
+
+    >>> print(_labelled("df/dx", "t1 = sin(x)\\nt1*t1"))
+    df/dx =
+        t1 = sin(x)
+        t1*t1
+    """
+    if "\n" not in text:
+        return f"{label} = {text}"
+    return f"{label} =\n" + "\n".join("    " + line for line in text.splitlines())
+
+
+def _shown(v: float | str) -> str:
+    """A value as Python writes a float: -1.0, nan, inf (JSON's strings for those without quotes)."""
+    return v if isinstance(v, str) else repr(v)
 
 
 def run(argv: list[str]) -> str:
@@ -225,8 +246,19 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, RecursionError) as err:
         _print_safely(f"symgrad: the formula is too large for this machine ({type(err).__name__})", sys.stderr)
         return 2
-    _print_safely(text, sys.stdout)
-    return 1 if args.check and not out["check"]["ok"] else 0
+    try:
+        _print_safely(text, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `symgrad ... | head`: the reader has what it wanted (Python's recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    if not args.check:
+        return 0
+    checked = "ok" in out["check"]["status"].values() or "FAIL" in out["check"]["status"].values()
+    if not checked:
+        _print_safely("symgrad: --check: nothing could be checked at this point (every partial derivative is "
+                      "non-finite or at a kink)", sys.stderr)
+    return 0 if out["check"]["ok"] and checked else 1
 
 
 def _print_safely(text: str, stream: Any) -> None:

@@ -136,3 +136,28 @@ def test_random_command_lines_exit_0_1_or_2_with_no_traceback(formula, options, 
     assert "Traceback" not in err.getvalue()
     if code == 2 and "-h" not in argv:
         assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("symgrad: ")
+
+
+def test_version_let_forms_and_non_finite_values(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli._parser().parse_args(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"symgrad {sg.__version__}"
+    assert main(["sin(x)*sin(x)*cos(sin(x)*sin(x))", "--at", "x=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "df/dx =\n    t1 = sin(x)\n" in out  # a let-form on its own lines, under its label
+    assert main(["log(x)", "--at", "x=0"]) == 0
+    out = capsys.readouterr().out
+    assert "  f = -inf\n" in out and "  df/dx = inf\n" in out  # as Python writes floats: no quotes
+
+
+def test_check_exits_1_when_nothing_could_be_checked(capsys):
+    assert main(["sqrt(x) + y", "--at", "x=0,y=2", "--check"]) == 0  # y checked, x not finite: fine
+    assert main(["log(x)", "--at", "x=-1", "--check"]) == 1
+    assert "nothing could be checked" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_the_output_quietly():
+    formula = "+".join(f"sin(x*{k})*cos(y*{k})" for k in range(1, 200))
+    proc = subprocess.run(f'{sys.executable} -m symgrad.cli "{formula}" --at x=1,y=2 --hessian | head -1',
+                          shell=True, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.startswith("f(x, y) = ") and proc.stderr == ""
