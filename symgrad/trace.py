@@ -590,6 +590,9 @@ class Trace:
                      wrt_blocks=_blocks(self.wrt_shapes, self.wrt_dtypes),
                      W=functools.partial(pytree.unflatten, self.wrt_tree),
                      Out=functools.partial(pytree.unflatten, self.out_tree), sparse=sparse)
+        if rule.scalar_out and not c.outs:
+            raise TypeError(f"{self.owner._who}: the function returned nothing (None: a missing return?); "
+                            "it must return one scalar")
         if rule.scalar_out and (len(c.outs) != 1 or c.shapes[0] != ()):
             raise TypeError(f"{self.owner._who}: the function must return one scalar, got shape "
                             f"{', '.join(str(s) for s in c.shapes)}; use sg.jacobian for vector outputs")
@@ -894,13 +897,17 @@ class Function:
         self.fn, self.transform, self.sparse, self.backend = fn, transform, bool(sparse), backend
         self.rule = TRANSFORMS[transform]
         self.has_aux = bool(has_aux)
-        self.argnums_spec = argnums
+        self.argnums_spec = int(argnums) if isinstance(argnums, np.integer) else argnums
         self.argnums = _int_tuple(argnums, "argnums")
         if self.rule.extra == "v" and len(self.argnums) != 1:
             raise ValueError(f"sg.{transform}: differentiate with respect to one argument (an int argnums)")
         if sparse and not self.rule.sparse:
             raise ValueError(f"sparse=True is for sg.jacobian and sg.hessian, not sg.{transform}")
         self.static_argnums = frozenset(_int_tuple(static_argnums, "static_argnums"))
+        both = sorted(set(self.argnums) & self.static_argnums) if self.rule.wrt == "argnums" else []
+        if both:
+            raise ValueError(f"sg.{transform}: argument {both[0]} is in argnums and static_argnums: a static "
+                             "argument is not traced, so it cannot be differentiated")
         names = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
         self.static_argnames = frozenset(names)
         self._traces: OrderedDict = OrderedDict()
@@ -1148,11 +1155,15 @@ def _has_symbolic(tree: Any) -> bool:
 
 
 def _int_tuple(spec: Any, what: str) -> tuple[int, ...]:
+    """``spec`` (an int or a sequence of ints) as a tuple, each named once."""
     items = (spec,) if isinstance(spec, int | np.integer) else spec
-    try:
-        return tuple(int(i) for i in items)
-    except TypeError:
-        raise TypeError(f"{what} must be an int or a tuple of ints, got {spec!r}") from None
+    if isinstance(items, str | bytes) or not isinstance(items, tuple | list | range) or not all(
+            isinstance(i, int | np.integer) and not isinstance(i, bool) for i in items):
+        raise TypeError(f"{what} must be an int or a tuple of ints (argument positions), got {spec!r}")
+    items = tuple(int(i) for i in items)
+    if len(set(items)) < len(items):
+        raise ValueError(f"{what} {spec!r} names an argument twice")
+    return items
 
 
 def _static(value: Any, where: Any, owner: Function) -> Any:

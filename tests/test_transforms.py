@@ -186,6 +186,25 @@ def test_argument_handling():
         sg.grad(lambda x: x, has_axu=True)
 
 
+@pytest.mark.parametrize("make,error,match", [
+    (lambda: sg.grad(lambda a: a, argnums="a"), TypeError, "argnums must be an int or a tuple of ints"),
+    (lambda: sg.grad(lambda a: a, argnums=(0, 0)), ValueError, r"argnums \(0, 0\) names an argument twice"),
+    (lambda: sg.grad(lambda a, n: a * n, argnums=(0, 1), static_argnums=1), ValueError,
+     "argument 1 is in argnums and static_argnums"),
+    (lambda: sg.jit(lambda a: a, static_argnums="0"), TypeError, "static_argnums must be an int"),
+])
+def test_argument_specs_name_the_problem(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_a_function_returning_nothing_is_named_and_numpy_ints_are_argnums():
+    with pytest.raises(TypeError, match=r"returned nothing \(None: a missing return\?\)"):
+        sg.grad(lambda a: None)(np.ones(3))
+    assert sg.jit(lambda a: None)(np.ones(3)) is None  # (as JAX: a jit may return None)
+    np.testing.assert_array_equal(sg.grad(lambda a: np.sum(a * a), argnums=np.int64(0))(np.ones(2)), [2.0, 2.0])
+
+
 def test_array_likes_are_converted_on_the_fast_path():
     x, y = sg.symbols("x y")
     vg = sg.value_and_grad(x * y, [x, y], **VM)
