@@ -66,6 +66,7 @@ NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one
 NESTS_MIN, UNROLLED_MAX = 500, 10**5
 _F64, _OBJECT = np.dtype(np.float64), np.dtype(object)
 _SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
+_OTHER = object()  # a signature marker: ints, bools, strings or other objects, static where not differentiated
 _fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
 
 
@@ -398,20 +399,40 @@ def _is_rolled(leaf: Any) -> bool:
     return isinstance(leaf, Expr) and leaf.op.array_valued
 
 
-def _signature(value: Any) -> Any:
-    """What keys a trace for one argument: its shape, or its tree of leaf shapes and dtypes."""
+def _signature(value: Any, data: bool = False) -> Any:
+    """What keys a trace for one argument: its shape, or its tree of leaf shapes and dtypes; ``_OTHER``
+    where it holds a Python int, bool, string or another object (unless ``data``: traced, as numbers)."""
     kind = type(value)
     if kind is np.ndarray and value.dtype is _F64:
         return value.shape
-    if kind is float or kind is int:
+    if kind is float:
         return ()
+    if kind in _PLAIN:
+        return () if data else _OTHER
     leaves, treedef = pytree.flatten(value)
     sig = []
     for leaf in leaves:
         if _is_symbolic(leaf):
             return _SYMBOLIC
+        if not data and (type(leaf) in _PLAIN or not _is_number(leaf)):
+            return _OTHER
         sig.append((np.shape(leaf), getattr(leaf, "dtype", None)))
     return treedef, tuple(sig)
+
+
+_PLAIN = (int, bool, str)  # Python values a function uses as sizes, flags or names
+
+
+def _is_number(leaf: Any) -> bool:
+    return isinstance(leaf, float | complex | np.ndarray | np.generic) or hasattr(leaf, "__array__")
+
+
+def _auto_static(value: Any) -> bool:
+    """Whether an argument is a Python int, bool or string, or a pytree of only those or of objects that
+    are no numbers (``self`` of a method, a callable): specialised on its value where not differentiated
+    (a size, a flag, a name), as ``static_argnums`` would make it."""
+    leaves = pytree.tree_leaves(value)
+    return bool(leaves) and all(type(leaf) in _PLAIN or not _is_number(leaf) for leaf in leaves)
 
 
 def _out_leaves(tree: Any, who: str, indexed: bool = True) -> tuple[list[tuple[list[Expr], tuple]], Any]:
@@ -493,8 +514,8 @@ class Trace:
         self.arguments: dict[str, Any] = {}
         self.slots: dict[Any, _Slot] = {}
         self.statics: list = []  # static arguments' values (a callable or an object may capture values too)
-        sym_args = [self._argument(names[i], i, a, tag) for i, a in enumerate(args)]
-        sym_kwargs = {k: self._argument(k, k, v, tag) for k, v in kwargs.items()}
+        sym_args = [self._argument(names[i], i, a, tag, len(args)) for i, a in enumerate(args)]
+        sym_kwargs = {k: self._argument(k, k, v, tag, len(args)) for k, v in kwargs.items()}
         self.wrt_keys = owner._wrt_keys(len(args), self.slots)
         self.data_keys = [k for k in self.slots if k not in self.wrt_keys]
         wrt = [self.slots[k] for k in self.wrt_keys]
@@ -549,16 +570,22 @@ class Trace:
                 return True
         return False
 
-    def _argument(self, name: str, key: Any, value: Any, tag: str) -> Any:
+    def _argument(self, name: str, key: Any, value: Any, tag: str, n_args: int) -> Any:
         owner = self.owner
-        if key in owner.static_argnums or key in owner.static_argnames:
+        if owner._static_at(key, value, n_args):
             self.statics.append(value)
             return value
         leaves, treedef = pytree.flatten(value)
         paths = pytree.paths(treedef)
         shapes, dtypes, syms, integer = [], [], [], []
         for leaf, path in zip(leaves, paths):
-            shape, dtype = _leaf_info(leaf, owner._who, name + path)
+            try:
+                shape, dtype = _leaf_info(leaf, owner._who, name + path)
+            except TypeError as e:
+                if name != "self" or type(e) is not TypeError:
+                    raise
+                raise TypeError(f"{e}; of a method, self is argument 0: argnums=1 differentiates the first "
+                                "argument after it") from None
             shapes.append(shape)
             dtypes.append(dtype)
             syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape, self.indexed))
@@ -919,6 +946,20 @@ class Function:
         self.__name__ = getattr(fn, "__name__", None) or _describe(fn)
         self._who = f"sg.{transform}({self.__name__})"
 
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        """On a method: bound to the instance, which comes first (static, as an object that is not numbers).
+
+        >>> import numpy as np, symgrad as sg
+        >>> class Model:
+        ...     scale = 2.0
+        ...     @sg.jit
+        ...     def predict(self, x):
+        ...         return self.scale * x
+        >>> Model().predict(np.array([1.0, 2.0]))
+        array([2., 4.])
+        """
+        return self if instance is None else types.MethodType(self, instance)
+
     def _names(self, n: int) -> list[str]:
         try:
             params = list(inspect.signature(self.fn).parameters.values())
@@ -945,17 +986,30 @@ class Function:
 
     def _key(self, args: tuple, kwargs: dict) -> tuple | None:
         """The trace cache key (shapes, tree structures, static values); None for symbolic arguments."""
-        if kwargs or self.static_argnums:
-            sigs = [_static(a, i, self) if i in self.static_argnums else _signature(a) for i, a in enumerate(args)]
-            for k in sorted(kwargs):
-                v = kwargs[k]
-                sigs.append((k, _static(v, k, self) if k in self.static_argnames else _signature(v)))
-                if sigs[-1][1] is _SYMBOLIC:
-                    return None
-            key = tuple(sigs)
-        else:
+        if not (kwargs or self.static_argnums):
             key = tuple(map(_signature, args))
+            if _OTHER not in key:
+                return None if _SYMBOLIC in key else key
+        n = len(args)
+        sigs = [_static(a, i, self) if self._static_at(i, a, n) else _signature(a, True)
+                for i, a in enumerate(args)]
+        for k in sorted(kwargs):
+            v = kwargs[k]
+            sigs.append((k, _static(v, k, self) if self._static_at(k, v, n) else _signature(v, True)))
+            if sigs[-1][1] is _SYMBOLIC:
+                return None
+        key = tuple(sigs)
         return None if _SYMBOLIC in key else key
+
+    def _static_at(self, key: Any, value: Any, n_args: int) -> bool:
+        """Whether the argument at ``key`` (a position or a name) is static: named so, or not
+        differentiated and a Python int, bool, string or other object (see _auto_static)."""
+        if key in self.static_argnums or key in self.static_argnames:
+            return True
+        if isinstance(key, int) and (self.rule.wrt == "positional" or self.rule.wrt == "argnums" and (
+                key in self.argnums or key - n_args in self.argnums)):
+            return False
+        return _auto_static(value)
 
     def trace(self, *args: Any, **kwargs: Any) -> Trace:
         """The :class:`Trace` for these arguments' shapes (traced and compiled on first use)."""
@@ -1167,12 +1221,18 @@ def _int_tuple(spec: Any, what: str) -> tuple[int, ...]:
 
 
 def _static(value: Any, where: Any, owner: Function) -> Any:
+    key = ("static", value)
     try:
-        hash(value)
+        hash(key)
     except TypeError:
-        raise TypeError(f"{owner.__name__}: static argument {where!r} must be hashable (it keys the trace "
-                        f"cache), got {type(value).__name__}") from None
-    return ("static", value)
+        leaves, treedef = pytree.flatten(value)  # a list of sizes: its structure and values
+        key = ("static", treedef, tuple(leaves))
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"{owner.__name__}: static argument {where!r} must be hashable (it keys the trace "
+                            f"cache), got {type(value).__name__}") from None
+    return key
 
 
 # ---- the public names: a Python function is traced, expressions are differentiated as they are ----

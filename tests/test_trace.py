@@ -203,11 +203,13 @@ def test_where_maximum_and_clip_work_on_arrays_and_differentiate_the_taken_branc
 
 def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="argument 's' is str.*static"):
-        sg.grad(lambda x, s: x, **VM)(1.0, "abc")
+        sg.grad(lambda x, s: x, argnums=1, **VM)(1.0, "abc")
+    assert sg.grad(lambda x, s: x * len(s), **VM)(1.0, "abc") == 3.0  # not differentiated: static
     with pytest.raises(TypeError, match="must return one scalar, got shape \\(2,\\).*sg.jacobian"):
         sg.grad(lambda x: x, **VM)(np.ones(2))
     with pytest.raises(TypeError, match="static argument 1 must be hashable"):
-        sg.grad(lambda x, opts: x, static_argnums=1, **VM)(1.0, [1])
+        sg.grad(lambda x, opts: x, static_argnums=1, **VM)(1.0, [np.ones(2)])
+    assert sg.grad(lambda x, shape: x * shape[0], static_argnums=1, **VM)(1.0, [3]) == 3.0  # a list of ints
     with pytest.raises(TypeError, match="argnums 2 is not a traced positional argument"):
         sg.grad(lambda x: x, argnums=2, **VM)(1.0)
     with pytest.raises(TypeError, match="expected a function"):

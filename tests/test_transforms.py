@@ -247,3 +247,45 @@ def test_jacfwd_and_jacrev_give_jaxs_blocks(name):
     np.testing.assert_allclose(J["a"][1], np.sin(x), rtol=1e-12)
     np.testing.assert_allclose(J["b"][0], 2 * x * w, rtol=1e-12)
     assert jac(np.tanh)(0.3) == pytest.approx(1 - np.tanh(0.3) ** 2, rel=1e-12)  # argnums=0 by default
+
+
+def test_python_ints_bools_and_objects_not_differentiated_are_static():
+    """JAX's grad leaves such arguments Python values: a size, a flag, a shape, ``self`` of a method."""
+    def f(x, n, flag, shape):
+        v = x[:n] * np.arange(n)
+        return np.sum(v.reshape(shape) ** 2) if flag else np.sum(v)
+
+    x = np.random.default_rng(6).normal(size=100)
+    g = sg.grad(f)
+    want = np.zeros(100)
+    want[:10] = 2 * x[:10] * np.arange(10) ** 2
+    np.testing.assert_allclose(g(x, 10, True, [2, 5]), want, rtol=1e-12)
+    want = np.zeros(100)
+    want[:12] = np.arange(12)
+    np.testing.assert_allclose(g(x, 12, False, (3, 4)), want, rtol=1e-12)
+    assert sg.jit(lambda v, k: v * k)(2.0, 3) == 6.0 and sg.grad(lambda v, k: v * k)(2.0, 3) == 3.0
+    assert sg.grad(lambda v, k: v ** k, argnums=1)(2.0, 3.0) == pytest.approx(8 * math.log(2.0))
+
+
+def test_jit_and_grad_on_methods_bind_self_and_see_its_attributes():
+    class Model:
+        def __init__(self, W):
+            self.W = W
+
+        @sg.jit
+        def predict(self, x):
+            return np.sum(self.W * x)
+
+        def loss(self, x):
+            return np.sum(self.W * x ** 2)
+
+    rng = np.random.default_rng(7)
+    x, m = rng.normal(size=100), Model(rng.normal(size=100))
+    assert m.predict(x) == pytest.approx(np.sum(m.W * x), rel=1e-12)
+    m.W = np.ones(100)  # a new attribute value: read again, not stale
+    assert m.predict(x) == pytest.approx(np.sum(x), rel=1e-12)
+    assert Model(2 * np.ones(100)).predict(x) == pytest.approx(2 * np.sum(x), rel=1e-12)
+    np.testing.assert_allclose(sg.grad(m.loss)(x), 2 * m.W * x, rtol=1e-12)
+    np.testing.assert_allclose(sg.grad(Model.loss, argnums=1)(m, x), 2 * m.W * x, rtol=1e-12)
+    with pytest.raises(TypeError, match="self is argument 0: argnums=1"):
+        sg.grad(Model.loss)(m, x)
