@@ -23,7 +23,7 @@ from symgrad.expr import batching, ndarrays, rolled
 from symgrad.expr.build import Var, const
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr
-from symgrad.expr.traverse import as_expr_list
+from symgrad.expr.traverse import as_expr_list, object_array
 from symgrad.trace import Function
 
 _fresh = itertools.count(1)
@@ -207,7 +207,7 @@ def _stack(outs: list, axis: Any, who: str) -> Any:
         return outs[0]
     if any(_is_rolled(o) for o in outs):
         return np.stack(outs, axis=axis)
-    cells = [np.asarray(o, dtype=object) if not isinstance(o, Expr) else _cell(o) for o in outs]
+    cells = [object_array(o) if not isinstance(o, Expr) else _cell(o) for o in outs]
     return wrap(np.stack(cells, axis=axis))
 
 

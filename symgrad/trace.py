@@ -51,7 +51,7 @@ from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian
-from symgrad.expr.traverse import as_expr_list, substitute, topo_order
+from symgrad.expr.traverse import as_expr_list, object_array, substitute, topo_order
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
 # Where an array argument has at least this many elements, array arguments trace as rolled arrays
@@ -66,7 +66,7 @@ NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one
 NESTS_MIN, UNROLLED_MAX = 500, 10**5
 _F64, _OBJECT = np.dtype(np.float64), np.dtype(object)
 _SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
-_OTHER = object()  # a signature marker: ints, bools, strings or other objects, static where not differentiated
+_OTHER = object()  # a signature marker: bools, strings or other objects, static where not differentiated
 _fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
 
 
@@ -401,11 +401,11 @@ def _is_rolled(leaf: Any) -> bool:
 
 def _signature(value: Any, data: bool = False) -> Any:
     """What keys a trace for one argument: its shape, or its tree of leaf shapes and dtypes; ``_OTHER``
-    where it holds a Python int, bool, string or another object (unless ``data``: traced, as numbers)."""
+    where it holds a Python bool, string or another object (unless ``data``: traced, as numbers)."""
     kind = type(value)
     if kind is np.ndarray and value.dtype is _F64:
         return value.shape
-    if kind is float:
+    if kind is float or kind is int:
         return ()
     if kind in _PLAIN:
         return () if data else _OTHER
@@ -420,19 +420,41 @@ def _signature(value: Any, data: bool = False) -> Any:
     return treedef, tuple(sig)
 
 
-_PLAIN = (int, bool, str)  # Python values a function uses as sizes, flags or names
+_PLAIN = (bool, str)  # Python values a function uses as flags or names
 
 
 def _is_number(leaf: Any) -> bool:
-    return isinstance(leaf, float | complex | np.ndarray | np.generic) or hasattr(leaf, "__array__")
+    return isinstance(leaf, int | float | complex | np.ndarray | np.generic) or hasattr(leaf, "__array__")
 
 
-def _auto_static(value: Any) -> bool:
-    """Whether an argument is a Python int, bool or string, or a pytree of only those or of objects that
-    are no numbers (``self`` of a method, a callable): specialised on its value where not differentiated
-    (a size, a flag, a name), as ``static_argnums`` would make it."""
+def _auto_static(value: Any, ints: bool) -> bool:
+    """Whether an argument is a Python bool or string (or an int, with ``ints``), or a pytree of only
+    those or of objects that are no numbers (``self`` of a method, a callable): specialised on its
+    value where not differentiated (a flag, a name, a size), as ``static_argnums`` would make it."""
     leaves = pytree.tree_leaves(value)
-    return bool(leaves) and all(type(leaf) in _PLAIN or not _is_number(leaf) for leaf in leaves)
+    return bool(leaves) and all(type(leaf) in _PLAIN or ints and type(leaf) is int or not _is_number(leaf)
+                                for leaf in leaves)
+
+
+def _traced(make: Callable[[], Trace]) -> Trace:
+    """``make()``; a TracingError that NumPy's own code turned into a ValueError (converting expressions
+    to floats: ``np.asarray(x, dtype=float)``) raised as itself."""
+    try:
+        return make()
+    except ValueError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, TracingError):
+            raise cause from None
+        raise
+
+
+def _int_use(e: Exception) -> bool:
+    """Whether tracing failed because a traced value was used as a Python integer (a size, a range)."""
+    return isinstance(e, TracingError) and "cannot be used as an integer" in str(e)
+
+
+def _holds_int(values: Any) -> bool:
+    return any(type(leaf) is int for leaf in pytree.tree_leaves(values))
 
 
 def _out_leaves(tree: Any, who: str, indexed: bool = True) -> tuple[list[tuple[list[Expr], tuple]], Any]:
@@ -443,7 +465,7 @@ def _out_leaves(tree: Any, who: str, indexed: bool = True) -> tuple[list[tuple[l
     for leaf in leaves:
         if not indexed and ndarrays.is_array(leaf):
             leaf = ndarrays.elements(leaf)
-        arr = None if isinstance(leaf, Expr) else np.asarray(leaf, dtype=object)
+        arr = None if isinstance(leaf, Expr) else object_array(leaf)
         if arr is not None and any(ndarrays.is_array(v) for v in arr.ravel()):  # np.array([x, 2 * x]) of arrays
             raise TracingError(f"{who}: the function returned an array of traced arrays (np.array of arrays "
                                "traced rolled): its shape is not NumPy's; use np.stack")
@@ -684,8 +706,8 @@ class Trace:
     @functools.cached_property
     def compiled(self) -> compiled.Compiled:
         """The compiled kernel of the flat outputs (built on first use: nested traces never compile)."""
-        return compiled.compile(self.flat if isinstance(self.flat, SparseExprs) else np.array(
-            self.flat, dtype=object).reshape(-1), self.inputs, [*self.params, *self.constants, *self.extra],
+        return compiled.compile(self.flat if isinstance(self.flat, SparseExprs) else object_array(
+            list(self.flat)).reshape(-1), self.inputs, [*self.params, *self.constants, *self.extra],
             self.owner.backend)
 
     def formulas(self) -> str:
@@ -773,18 +795,16 @@ class Trace:
                         raise TracingError(f"{self.owner._who}: a concrete array argument inside a rolled trace")
                     mapping[sym] = leaf
                     continue
-                mapping.update(zip(as_expr_list(sym), np.ravel(np.asarray(leaf, dtype=object)).tolist()))
+                mapping.update(zip(as_expr_list(sym), object_array(leaf).ravel().tolist()))
         if self.extra:
             leaves = self._extra_values(extra)
             if any(map(_is_rolled, self.extra)):  # one rolled array (or variable) per leaf
                 mapping.update(zip(self.extra, leaves))
             else:
-                values = [v for leaf in leaves for v in np.ravel(np.asarray(leaf, dtype=object)).tolist()]
+                values = [v for leaf in leaves for v in object_array(leaf).ravel().tolist()]
                 mapping.update(zip(self.extra, values))
         flat = substitute(list(self.flat), mapping) if self.flat else []
-        out = np.empty(len(flat), dtype=object)
-        out[:] = flat
-        return self._structure(_pieces(out, self.blocks))
+        return self._structure(_pieces(object_array(list(flat)).reshape(-1), self.blocks))
 
 
 @dataclass
@@ -942,6 +962,7 @@ class Function:
         self._fallback = True  # element by element where the rolled trace fails (False: raise)
         self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
         self._changes = 0  # traces made again because a captured value changed
+        self._ints_static = False  # Python ints not differentiated: static (once one was used as a size)
         functools.update_wrapper(self, fn, updated=())  # not fn.__dict__: a Function inside keeps its own
         self.__name__ = getattr(fn, "__name__", None) or _describe(fn)
         self._who = f"sg.{transform}({self.__name__})"
@@ -986,7 +1007,7 @@ class Function:
 
     def _key(self, args: tuple, kwargs: dict) -> tuple | None:
         """The trace cache key (shapes, tree structures, static values); None for symbolic arguments."""
-        if not (kwargs or self.static_argnums):
+        if not (kwargs or self.static_argnums or self._ints_static):
             key = tuple(map(_signature, args))
             if _OTHER not in key:
                 return None if _SYMBOLIC in key else key
@@ -1003,13 +1024,14 @@ class Function:
 
     def _static_at(self, key: Any, value: Any, n_args: int) -> bool:
         """Whether the argument at ``key`` (a position or a name) is static: named so, or not
-        differentiated and a Python int, bool, string or other object (see _auto_static)."""
+        differentiated and a Python bool, string or other object (see _auto_static), or an int once one
+        was used as a size (ints are traced first, as JAX traces them: an index needs no new trace)."""
         if key in self.static_argnums or key in self.static_argnames:
             return True
         if isinstance(key, int) and (self.rule.wrt == "positional" or self.rule.wrt == "argnums" and (
                 key in self.argnums or key - n_args in self.argnums)):
             return False
-        return _auto_static(value)
+        return _auto_static(value, self._ints_static)
 
     def trace(self, *args: Any, **kwargs: Any) -> Trace:
         """The :class:`Trace` for these arguments' shapes (traced and compiled on first use)."""
@@ -1023,7 +1045,13 @@ class Function:
         if t is None or t.watched and t.stale():
             if t is not None:
                 self._retraced()
-            t = self._new_trace(args, kwargs)
+            try:
+                t = self._new_trace(args, kwargs)
+            except TracingError as e:  # an int used as a size: traced again, ints specialised on their values
+                if self._ints_static or not _int_use(e) or not _holds_int((args, kwargs)):
+                    raise
+                self._ints_static = True
+                return self._trace(self._key(args, kwargs), args, kwargs)
             self._traces[key] = t
             if len(self._traces) > MAX_TRACES:
                 self._traces.popitem(last=False)
@@ -1043,12 +1071,12 @@ class Function:
         that has no rolled form, element by element (object arrays of variables), as before."""
         if self.rule.rolled and not self.sparse and (not self._fallback or self._large(args, kwargs)):
             try:
-                return Trace(self, args, kwargs, indexed=True)
+                return _traced(lambda: Trace(self, args, kwargs, indexed=True))
             except (TracingError, NotImplementedError, TypeError) as e:
-                if not self._fallback:
+                if not self._fallback or _int_use(e) and not self._ints_static and _holds_int((args, kwargs)):
                     raise
                 self._note(e, args, kwargs)
-        return Trace(self, args, kwargs)
+        return _traced(lambda: Trace(self, args, kwargs))
 
     def _note(self, reason: Exception, args: tuple, kwargs: dict) -> None:
         """One line where a large trace goes element by element (slow at that size), naming why."""
@@ -1393,7 +1421,7 @@ def hvp(f: Any, wrt: Any = None, params: Any = (), backend: str = "auto", *, arg
     inputs = as_expr_list(wrt)
     tangents = [_tangent_of(v) for v in inputs]
     hv = symbolic.jvp(symbolic.grad(f, inputs), inputs, tangents)
-    return compiled.compile(np.array(hv, dtype=object), inputs, [*as_expr_list(params), *tangents], backend)
+    return compiled.compile(object_array(hv), inputs, [*as_expr_list(params), *tangents], backend)
 
 
 @functools.lru_cache(maxsize=64)

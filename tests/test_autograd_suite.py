@@ -245,24 +245,9 @@ def runs() -> list[tuple[str, str, str]]:
     return out
 
 
-# Known wrong, left open (issue 20's closing note): "case [backend-size]" -> a part of the detail. Pinned
-# exactly, so a fix (or a new wrong case) shows up: np.array([x, x]) of arrays traced rolled is a NumPy
-# object array of two arrays, shape (2,) (NumPy's np.array has no hook for it; np.stack has NumPy's shape).
-KNOWN_WRONG: dict[str, str] = {
-    "numpy/array from arrays [python-rolled]": "output shapes [(2,)], expected [(2, 8, 9)]",
-    "numpy/array from arrays [vm-rolled]": "output shapes [(2,)], expected [(2, 8, 9)]",
-    "numpy/array from arrays 2 [python-rolled]": "output shapes [(2, 2)], expected [(2, 2, 8, 9)]",
-    "numpy/array from arrays 2 [vm-rolled]": "output shapes [(2, 2)], expected [(2, 2, 8, 9)]",
-}
-
-
 @pytest.mark.parametrize("name,backend,size", runs(), ids=lambda x: x)
 def test_autograd_case(name, backend, size):
     result = outcome(name, backend, size)
-    known = KNOWN_WRONG.get(f"{name} [{backend}-{size}]")
-    if known is not None:
-        assert result.status == "WRONG" and known in result.detail, f"{result.status}: {result.detail}"
-        return
     assert result.status in ("ok", "unsupported"), f"{result.status}: {result.detail}"
 
 

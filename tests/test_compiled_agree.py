@@ -362,3 +362,31 @@ def test_two_scans_with_the_same_step_fill_their_own_rows():
 
     w = np.random.default_rng(5).normal(size=128)
     _agree(f, (w,), ("python", "vm", "numba"))
+
+
+def test_a_masked_neighbour_in_a_product_folded_into_a_where_stays_out_of_the_gradient():
+    """where(x > 0.1, sqrt(x), 0) of two neighbours multiplied: the product folds into where(c_i, where(c_j,
+    sqrt(x_i) * sqrt(x_j), 0), 0), and the contribution to x_i, itself a where with a 0 branch, was left
+    unguarded: 0 (x_j masked) times sqrt(x_j) = nan (x_j < 0). Traced element by element it gave nan where
+    the rolled trace and finite differences give a number (found by symgrad.fuzz)."""
+    def f(x):
+        v2 = np.where(x > 0.1, np.sqrt(x), 0.0)
+        v6 = np.concatenate([v2[1:] * v2[:-1], v2]).reshape(3, -1)
+        return np.sum(np.where(v6 > 0.3, v6, 0.5 * v6))
+
+    x = np.random.default_rng(1123634819).normal(size=128)
+    _agree(f, (x,))
+    assert np.isfinite(_element(f, (x,), (0,))[1][0]).all()
+
+
+def test_a_rolled_array_times_an_element_traced_one_with_matmul():
+    """rolled @ object array (an element trace's x[:2] times a length-only scan's rows) raised TracingError
+    ('a NumPy array of dtype object combined with a traced array'; found by symgrad.fuzz)."""
+    def f(x):
+        _, rows = sg.scan(lambda c, r: (c, c), np.ones(2), length=3)
+        return np.sum(rows @ x[:2]) + np.sum(x[:2] @ rows.T) + np.sum(x ** 2)
+
+    x = np.random.default_rng(8).normal(size=64)
+    value, grad = _element(f, (x,), (0,))
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(grad[0], 2 * x + np.r_[6.0, 6.0, np.zeros(62)], rtol=1e-12)

@@ -258,6 +258,13 @@ def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> 
     return wrap(r if keepdims else np.squeeze(r, axis=(row, col)))
 
 
+def _rounded(a: Any, scale: float) -> Any:
+    """``np.round`` to the places of ``scale`` (a power of 10) of an expression or an object array."""
+    if isinstance(a, Expr):
+        return _F["div"](rint(a * scale), scale)
+    return wrap(_F["div"](np.frompyfunc(rint, 1, 1)(np.asarray(a, dtype=object) * scale), scale))
+
+
 def _needs_values(alternative: str) -> Callable:
     def raise_(*args: Any, **kwargs: Any) -> Any:
         raise TracingError(f"this NumPy function needs the values of its arguments, which are symbolic while "
@@ -268,8 +275,7 @@ def _needs_values(alternative: str) -> Callable:
 _OVERRIDES: dict[Any, Callable] = {
     np.where: _where, np.clip: _clip, np.nan_to_num: _nan_to_num, np.select: _select, np.linspace: _linspace,
     np.gradient: _gradient, np.linalg.norm: _norm, np.std: lambda *args, **kwargs: _roots(np.var(*args, **kwargs)),
-    np.round: lambda a, decimals=0, out=None: wrap(
-        _F["div"](np.frompyfunc(rint, 1, 1)(np.asarray(a, dtype=object) * 10.0 ** decimals), 10.0 ** decimals)),
+    np.round: lambda a, decimals=0, out=None: _rounded(a, 10.0 ** decimals),
     np.linalg.solve: linalg.solve, np.linalg.inv: linalg.inv, np.linalg.det: linalg.det,
     np.linalg.slogdet: linalg.slogdet, np.linalg.cholesky: linalg.cholesky,
     np.piecewise: _needs_values("np.piecewise needs boolean masks: use np.select or np.where"),

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import ops, rolled, scans
-from symgrad.expr.build import _as_expr, _zero_where, apply, const
+from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
-from symgrad.expr.traverse import _like, as_expr_list, topo_order
+from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
 from symgrad.progress import CHUNK, progress
 
 _ZERO = const(0.0)
@@ -24,7 +24,7 @@ _ONE = const(1.0)
 
 
 def _check_wrt(wrt: Any) -> list[Expr]:
-    flat = [wrt] if isinstance(wrt, Expr) else list(np.asarray(wrt, dtype=object).ravel())
+    flat = [wrt] if isinstance(wrt, Expr) else list(object_array(wrt).ravel())
     seen: set[Expr] = set()
     for v in flat:
         if isinstance(v, str):
@@ -133,8 +133,8 @@ class _Masks:
         """``g * p``, the contribution of ``node``'s adjoint ``g`` through the partial ``p``; guarded
         where ``g`` may be a mask's 0 and ``p`` nan."""
         out = g if p is _ONE else g * p
-        if (self.masking and node in self.masked and p.op.name != "const" and _zero_where(out) is None
-                and self.may_fail(p)):
+        # (also where g * p folded to where(c, g' * p, 0): g' may be another mask's 0)
+        if self.masking and node in self.masked and p.op.name != "const" and self.may_fail(p):
             return ops.where(ops.eq(g, 0.0), 0.0, out)
         return out
 
@@ -338,8 +338,7 @@ def jacobian(fs: Any, wrt: Any) -> Any:
     if isinstance(fs, Expr) and fs.op.array_valued:
         return _one_or_list(wrt, _array_row(fs, flat))
     outs = as_expr_list(fs)
-    return _matrix(_reverse(outs, flat), np.shape(np.asarray(fs, dtype=object)) + np.shape(
-        np.asarray(wrt, dtype=object)))
+    return _matrix(_reverse(outs, flat), object_array(fs).shape + object_array(wrt).shape)
 
 
 @paused_gc()

@@ -16,10 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import arrays, functions, ndarrays, ops, printing, rolled, traverse
+from symgrad.expr import (
+    arrays,
+    composed,  # noqa: F401 (registers its NumPy functions for rolled arrays)
+    functions,
+    ndarrays,
+    ops,
+    printing,
+    rolled,
+    traverse,
+)
 from symgrad.expr.build import apply
 from symgrad.expr.functions import SymArray, rint
-from symgrad.expr.node import Expr, intern
+from symgrad.expr.node import Expr, TracingError, intern
 
 
 def _operator(name: str, reflected: bool = False) -> Callable:
@@ -131,11 +140,44 @@ def _array_function(self: Any, func: Any, types: Any, args: tuple, kwargs: dict)
     return arrays.array_function(func, args, kwargs)
 
 
+def _array(self: Expr, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    """NumPy's ``__array__``, for NumPy's own code that makes arrays of its arguments (``np.array([x, y])``,
+    ``np.r_``, ``np.asarray``): a rolled array is an object array of its elements (read one by one, as
+    the element trace's arrays), an expression an object array's entry."""
+    if dtype is not None and np.dtype(dtype) != object:
+        if self.op.array_valued:
+            raise TracingError(f"np.asarray(..., dtype={np.dtype(dtype)}) of the traced array {str(self)[:60]}: "
+                               "a traced array has no numbers until it is evaluated; leave out dtype=")
+        return np.array(float(self), dtype=dtype)  # (a constant; anything else raises float()'s error)
+    if self.op.array_valued:
+        return ndarrays.elements(self)
+    out = np.empty(1, dtype=object)
+    out[0] = self  # (np.array(self) would ask __array__ again)
+    return out.reshape(())
+
+
+Expr.__array__ = _array
+
+
+def _len(self: Expr) -> int:
+    """``len(x)`` of a rolled array: its first axis' length, as NumPy's."""
+    if not (self.op.array_valued and self.shape):
+        raise TypeError(f"len() of a scalar expression ({str(self)[:40]}): it has no length")
+    return self.shape[0]
+
+
+Expr.__len__ = _len
 Expr.__array_ufunc__ = SymArray.__array_ufunc__ = _array_ufunc
 functions.ON_ARRAYS[:] = [ndarrays.elementwise]  # sg.sin(x) of a rolled array
 Expr.__array_function__ = SymArray.__array_function__ = _array_function
-Expr.__matmul__ = lambda self, other: ndarrays.matmul(self, other)
-Expr.__rmatmul__ = lambda self, other: ndarrays.matmul(other, self)
+def _matmul(a: Any, b: Any) -> Any:
+    if _has_array((a, b)) and _has_objects((a, b)):  # beside an element trace's arrays: element by element
+        return functions.wrap(np.matmul(*_as_elements((a, b))))
+    return ndarrays.matmul(a, b)
+
+
+Expr.__matmul__ = lambda self, other: _matmul(self, other)
+Expr.__rmatmul__ = lambda self, other: _matmul(other, self)
 # NumPy's array methods, for rolled arrays (a scalar is its own sum, mean, max ...).
 for _kind in ("sum", "max", "min"):
     setattr(Expr, _kind, lambda self, axis=None, dtype=None, out=None, keepdims=False, _kind=_kind, **rest:

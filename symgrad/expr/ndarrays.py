@@ -502,7 +502,10 @@ def _mean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims
     return mean(a, axis, keepdims)
 
 
-def _where(condition: Any, x: Any, y: Any) -> Any:
+def _where(condition: Any, x: Any = None, y: Any = None) -> Any:
+    if x is None or y is None:
+        raise TracingError("np.where(condition) gives the indices where it holds, which depend on the values "
+                           "(a traced array has none); use np.where(condition, x, y)")
     return elementwise(lambda c, a, b: apply(ops.OPS["where"], (c, a, b)), (condition, x, y))
 
 
@@ -567,9 +570,11 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
     >>> concatenate([x, y])
     tensor(where(j < 2, x[j], y[j - 2]), j=0..2)
     """
-    arrays = [operand(a) for a in arrays]
-    if out is not None or axis is None or not all(is_array(a) for a in arrays):
-        raise TracingError("np.concatenate of traced arrays with constants, axis=None or out= has no rolled form")
+    arrays = [operand(a if isinstance(a, Expr | np.ndarray) else np.asarray(a, dtype=float)) for a in arrays]
+    if axis is None:
+        arrays, axis = [reshape(a, -1) if is_array(a) else a for a in arrays], 0
+    if out is not None or not all(is_array(a) for a in arrays):
+        raise TracingError("np.concatenate of traced arrays with scalars or out= has no rolled form")
     if len(arrays) > MAX_PIECES:  # each element a chain of that many branches (and its derivative worse)
         raise TracingError(f"np.concatenate / np.stack of {len(arrays)} arrays (a Python loop over rows?): "
                            "traced element by element; sg.vmap maps a function over rows as one loop")
@@ -896,6 +901,7 @@ FUNCTIONS: dict[Any, Any] = {
                                             a.shape[int(axis) % (a.ndim + 1):]),
 }
 _UFUNC_REDUCE = {np.add: "sum", np.maximum: "max", np.minimum: "min"}
+ACCUMULATE: dict[Any, Any] = {}  # ufunc -> (array, axis) -> its accumulate (composed.py fills it)
 
 
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict, scalar: Any) -> Any:
@@ -913,6 +919,8 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict, scalar: An
         return reduce(_UFUNC_REDUCE[ufunc], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
     if method == "accumulate" and ufunc is np.add and set(kwargs) <= {"axis", "dtype", "out"}:
         return cumsum(inputs[0], kwargs.get("axis", 0), out=kwargs.get("out"))
+    if method == "accumulate" and ufunc in ACCUMULATE and set(kwargs) <= {"axis", "dtype", "out"}:
+        return ACCUMULATE[ufunc](inputs[0], kwargs.get("axis", 0))
     if method == "__call__" and ufunc is np.matmul:
         return matmul(*inputs)
     fn = scalar.get(ufunc)

@@ -16,11 +16,39 @@ from symgrad.expr.node import Expr, const_key, paused_gc
 from symgrad.expr.ops import OPS
 
 
+def object_array(values: Any) -> np.ndarray:
+    """``values`` (an expression, a number, nested lists / tuples / arrays of them) as an object array
+    whose entries are the expressions themselves: NumPy's own conversion would read a rolled array as
+    the array of its elements (Expr.__array__, for NumPy code like ``np.array([x, y])``).
+
+    >>> import symgrad as sg
+    >>> object_array([sg.array("x", 3), sg.array("y", 3)]).shape
+    (2,)
+    """
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return values
+    if not isinstance(values, list | tuple):
+        if not isinstance(values, Expr):
+            return np.asarray(values, dtype=object)
+        out = np.empty(1, dtype=object)
+        out[0] = values  # (an entry set by index is stored as it is)
+        return out.reshape(())
+    parts = [object_array(v) for v in values]
+    shape = parts[0].shape if parts else ()
+    if any(p.shape != shape for p in parts):
+        raise ValueError(f"nested sequences of different shapes: {sorted({p.shape for p in parts})}")
+    out = np.empty((len(parts), *shape), dtype=object)
+    for i, p in enumerate(parts):
+        for at in np.ndindex(shape):
+            out[(i, *at)] = p[at]
+    return out
+
+
 def as_expr_list(exprs: Any) -> list[Expr]:
     """Flatten an expression, a sequence or an object array into a list of expressions."""
     if isinstance(exprs, Expr):
         return [exprs]
-    flat = np.asarray(exprs, dtype=object).ravel() if not isinstance(exprs, dict) else list(exprs.values())
+    flat = object_array(exprs).ravel() if not isinstance(exprs, dict) else list(exprs.values())
     return [e if isinstance(e, Expr) else const(e) for e in flat]
 
 
@@ -100,12 +128,10 @@ def substitute(exprs: Any, mapping: dict) -> Any:
 
 def _like(template: Any, flat: list) -> Any:
     """Shape ``flat`` like ``template``: one item, a list, or an array."""
-    if isinstance(template, Expr) or np.ndim(template) == 0 and not isinstance(template, list | tuple):
+    if isinstance(template, Expr) or not isinstance(template, list | tuple) and np.ndim(template) == 0:
         return flat[0]
     if isinstance(template, np.ndarray):
-        out = np.empty(len(flat), dtype=object)
-        out[:] = flat
-        return out.reshape(template.shape)
+        return object_array(list(flat)).reshape(template.shape)
     return list(flat)
 
 
