@@ -390,3 +390,15 @@ def test_a_rolled_array_times_an_element_traced_one_with_matmul():
     value, grad = _element(f, (x,), (0,))
     assert value == pytest.approx(f(x), rel=1e-12)
     np.testing.assert_allclose(grad[0], 2 * x + np.r_[6.0, 6.0, np.zeros(62)], rtol=1e-12)
+
+
+def test_a_slice_of_a_column_sum_as_a_scans_carry_keeps_its_own_buffer():
+    """np.sum(x, axis=0)[:1] read by a scan: the planner took the column sums (a scatter of 8 entries) for
+    the terms adding into the 1-entry slice and scheduled them into its buffer; the checker refused the
+    schedule (ScheduleError on the VM and Numba; found by symgrad.fuzz)."""
+    def f(x):
+        _, ys = sg.scan(lambda c, r: (c, c), np.sum(x, axis=0)[:1], x)
+        return np.sum(ys)
+
+    x = np.random.default_rng(1217880859).normal(size=(8, 8))
+    _agree(f, (x,), ("python", "vm", "numba"))

@@ -230,8 +230,9 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
         if t.op.name == "tensor" and t not in products:
             terms = _terms(t.args[0])
             added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter"
-                     and m.payload is None and len(m.args) == len(t.args)  # (read at all its indices)
-                     and all(a is b for a, b in zip(m.args[1:], t.args[1:]))
+                     and m.payload is None and len(m.args) == len(t.args)  # (read at all its indices,
+                     and all(a is b for a, b in zip(m.args[1:], t.args[1:]))  # each entry: t[:1] of a
+                     and m.args[0].shape == t.shape  # scatter of 8 is not the scatter adding into t)
                      and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
             rest = [m for m in terms if all(m is not a for a in added)]
             rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
