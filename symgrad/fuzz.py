@@ -392,6 +392,33 @@ def _product(g: _Gen) -> tuple[str, tuple] | None:
     return f"np.einsum('ij,kj->ik', {a}, {b})", (r, r)
 
 
+def _composed(g: _Gen) -> tuple[str, tuple] | None:
+    """NumPy's flips, rolls, differences, tiles, repeats, takes, triangles, traces, cumulative products
+    and running extrema (rolled as gathers and scans: symgrad/expr/composed.py)."""
+    v = g.pick(lambda s: 1 <= len(s) <= 2 and s[-1] >= 4)
+    if v is None:
+        return None
+    a, s = v
+    k = int(g.rng.integers(1, 4))
+    if len(s) == 2:
+        r, c = s
+        options = [(f"np.flip({a}, axis={k % 2})", s), (f"np.roll({a}, {k}, axis=1)", s),
+                   (f"np.roll({a}, ({k}, -1), axis=(0, 1))", s), (f"np.diff({a}, axis=0)", (r - 1, c)),
+                   (f"np.tile({a}, (1, 2))", (r, 2 * c)), (f"np.repeat({a}, 2, axis=1)", (r, 2 * c)),
+                   (f"np.take({a}, [0, {c - 1}, 1], axis=1)", (r, 3)), (f"np.maximum.accumulate({a}, axis=1)", s),
+                   (f"np.cumprod(0.9 + 0.1 * np.tanh({a}), axis=0)", s)]
+        if r == c:
+            options += [(f"np.triu({a}, {k - 2})", s), (f"np.trace({a}) + {a}[0]", (c,))]
+        return g.choice([o for o in options if 0 not in o[1]])
+    m = s[0]
+    return g.choice([(f"np.flip({a})", s), (f"np.roll({a}, {k})", s),
+                     (f"np.diff({a}, n={k % 2 + 1})", (m - k % 2 - 1,)),
+                     (f"np.tile({a}, 2)", (2 * m,)), (f"np.repeat({a}[:{m // 2}], 2)", (2 * (m // 2),)),
+                     (f"np.take({a}, [{m - 1}, 0, 2, 2])", (4,)), (f"np.minimum.accumulate({a})", s),
+                     (f"np.cumprod(1.0 + 0.1 * np.sin({a}))", s), (f"np.append({a}, 0.5)", (m + 1,)),
+                     (f"np.kron({a}[:3], {a}[-2:])", (6,)), (f"np.cross({a}[:3], {a}[-3:])", (3,))])
+
+
 def _cumsum(g: _Gen) -> tuple[str, tuple] | None:
     a, s = g.pick(lambda s: len(s) >= 1)
     if len(s) == 1:
@@ -544,7 +571,7 @@ def _statistic(g: _Gen) -> tuple[str, tuple] | None:
 
 _MOVES = [(_unary, 4), (_binary, 5), (_gather, 3), (_slice, 2), (_reshape, 2), (_join, 1), (_reduce, 2),
           (_product, 1.5), (_cumsum, 1), (_scan, 1), (_gather2d, 1), (_outer, 0.7), (_nested, 0.7),
-          (_statistic, 0.7), (_pad, 0.7)]
+          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5)]
 
 
 def _tie(text: str) -> bool:
@@ -818,9 +845,10 @@ class _Checker:
     def _noise(self, f: Callable, inputs: list, value: float, grads: list,
                expected: float) -> tuple[float, list[float]]:
         """How far the interpreter's value and gradients move when each differentiated input moves by an
-        ulp or two (and its value from NumPy's), times 8: the rounding noise of terms that cancel (a sum of
-        deviations is 0 to within the terms' rounding, not the result's). Ties (an element read twice),
-        signs and orders stay. At most 1e-6 of the largest entry, so no real error hides under it.
+        ulp or two (and its value from NumPy's), times 8, and the rounding of the largest terms it adds:
+        the noise of terms that cancel (a sum of deviations is 0 to within the terms' rounding, not the
+        result's). Ties (an element read twice), signs and orders stay. At most 1e-6 of the largest entry
+        plus the terms' rounding, so no real error hides under it.
         """
         moved_v, moved_g = abs(expected - value), [0.0] * len(grads)
         terms = [0.0]  # the largest sum of |entries| of any value the interpreter computes
@@ -842,10 +870,11 @@ class _Checker:
             moved_v = max(moved_v, abs(v - value))
             moved_g = [max(m, float(np.max(np.abs(g - r), initial=0.0))) for m, g, r in zip(moved_g, gs, grads)]
 
-        def capped(moved: float, ref: Any) -> float:
+        def capped(moved: float, ref: Any) -> float:  # (terms of 1e19 cancelling to 0 round to 1e3)
             top = float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0)), initial=0.0))
-            noise = max(8 * moved, 16 * 2.0 ** -52 * terms[0])
-            return min(noise, 1e-6 * max(top, 1.0)) if np.isfinite(noise) else 0.0
+            rounding = 16 * 2.0 ** -52 * terms[0]
+            noise = min(max(8 * moved, rounding), 1e-6 * max(top, 1.0) + 4 * rounding)
+            return noise if np.isfinite(noise) else 0.0
         return capped(moved_v, value), [capped(m, g) for m, g in zip(moved_g, grads)]
 
     def _why_not_rolled(self, f: Callable, inputs: list) -> str:

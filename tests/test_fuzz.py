@@ -154,7 +154,7 @@ def test_run_reports_minimised_planted_disagreements(monkeypatch):
                      minimise_seconds=120, stats=stats)
     assert found and stats["programs"] == 40 and stats["disagreements"] == len(found)
     assert all(d.probe == "vm" and d.quantity.startswith("d/d") for d in found), _report(found)
-    small = all("np.cumsum" in d.program.source and d.program.source.count("\n") <= 4 for d in found)
+    small = all("np.cumsum" in d.program.source and d.program.source.count("\n") <= 8 for d in found)
     assert small, _report(found)
     assert fuzz.main(["--programs", "25", "--seed", "5", "--extras-every", "0", "--element-every", "0",
                       "--no-minimise", "--quiet"]) == 1
@@ -244,3 +244,13 @@ def test_terms_that_cancel_are_compared_at_their_rounding():
         *_python(program, f, inputs))}
     found, _ = fuzz.check(p, backends=("python", "vm"), runners=shifted)  # an error above the rounding still shows
     assert [d.key for d in found] == [("vm", "value", "wrong")]
+
+
+def test_terms_of_1e19_cancelling_are_compared_at_their_rounding():
+    """np.var of 16 equal entries of 1e19 (a scan doubling its carry 64 times) is 0 in the interpreter and
+    1024 on the VM: one ulp of the terms, not a disagreement (the floor was capped at 1e-6 of the result)."""
+    p = _program("def f(x, w):\n"
+                 "    v5, _ = sg.scan(lambda c, r: (c + c + r, None), np.zeros(16), w)\n"
+                 "    return np.var(v5)\n", shapes=((72,), (64,)), seed=2106755731)
+    found, status = fuzz.check(p, backends=("python", "vm"))
+    assert status == "ok" and not found, _report(found)
