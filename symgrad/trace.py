@@ -1012,15 +1012,26 @@ class Function:
             if _OTHER not in key:
                 return None if _SYMBOLIC in key else key
         n = len(args)
-        sigs = [_static(a, i, self) if self._static_at(i, a, n) else _signature(a, True)
-                for i, a in enumerate(args)]
+        sigs = [self._static_key(i, a, n) or _signature(a, True) for i, a in enumerate(args)]
         for k in sorted(kwargs):
             v = kwargs[k]
-            sigs.append((k, _static(v, k, self) if self._static_at(k, v, n) else _signature(v, True)))
+            sigs.append((k, self._static_key(k, v, n) or _signature(v, True)))
             if sigs[-1][1] is _SYMBOLIC:
                 return None
         key = tuple(sigs)
         return None if _SYMBOLIC in key else key
+
+    def _static_key(self, key: Any, value: Any, n_args: int) -> tuple | None:
+        """What keys the trace for a static argument (None: traced). Named static: its value, as JAX
+        (hash and ==); static without asking: ints, bools and strings by value, any other object by
+        identity (two equal objects may hold different attributes, which the trace reads)."""
+        if key in self.static_argnums or key in self.static_argnames:
+            return _static(value, key, self)
+        if not self._static_at(key, value, n_args):
+            return None
+        leaves, treedef = pytree.flatten(value)  # (the trace keeps the objects alive: an id stays theirs)
+        return ("static", treedef, tuple(leaf if type(leaf) in (int, *_PLAIN) else ("object", id(leaf))
+                                         for leaf in leaves))
 
     def _static_at(self, key: Any, value: Any, n_args: int) -> bool:
         """Whether the argument at ``key`` (a position or a name) is static: named so, or not

@@ -289,3 +289,24 @@ def test_jit_and_grad_on_methods_bind_self_and_see_its_attributes():
     np.testing.assert_allclose(sg.grad(Model.loss, argnums=1)(m, x), 2 * m.W * x, rtol=1e-12)
     with pytest.raises(TypeError, match="self is argument 0: argnums=1"):
         sg.grad(Model.loss)(m, x)
+
+
+def test_objects_static_without_asking_key_the_trace_by_identity():
+    """Two instances equal by __eq__ (and hash) but holding different arrays: keyed by value, the second
+    call reused the first one's trace and returned its numbers (100 for 200)."""
+    class Model:
+        def __init__(self, W):
+            self.W = W
+
+        def __eq__(self, other):
+            return True
+
+        def __hash__(self):
+            return 0
+
+        @sg.jit
+        def total(self, x):
+            return np.sum(self.W * x)
+
+    x = np.ones(100)
+    assert Model(np.ones(100)).total(x) == 100.0 and Model(2 * np.ones(100)).total(x) == 200.0
