@@ -14,6 +14,7 @@ from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from symgrad.compile.function import Compiled
 from symgrad.compile.program import Program
+from symgrad.custom import custom_jvp, custom_vjp
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff
 from symgrad.expr.dot import to_dot

@@ -15,6 +15,7 @@ import numpy as np
 
 from symgrad.compile.loops import LoopProgram
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program, _key, _label, _names
+from symgrad.expr import custom
 from symgrad.expr.node import Expr, float_bits
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import as_expr_list, topo_order
@@ -95,7 +96,7 @@ def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | 
     >>> lower(x**3, [x]).n_ops  # x*x, then *x
     2
     """
-    roots = as_expr_list(outputs)
+    roots = custom.plain(as_expr_list(outputs))
     xs, ps = _names(inputs, "inputs"), _names(params, "params")
     loads = {v: (LOAD_X, i) for i, v in enumerate(xs)}
     for i, v in enumerate(ps):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ops, rolled, scans
+from symgrad.expr import custom, ops, rolled, scans
 from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
@@ -47,7 +47,10 @@ def _active(order: list[Expr], wrt: list[Expr]) -> set[Expr]:
 
 
 def _partial(node: Expr, i: int) -> Expr | None:
-    """d node / d node.args[i] from the op table; None when it is identically zero."""
+    """d node / d node.args[i] from the op table (a custom node's: from its rule); None when it is
+    identically zero."""
+    if node.op is ops.custom:
+        return custom.partial(node, i)
     rule = node.op.partials[i]
     if rule is None:
         return None
@@ -197,6 +200,12 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
             if body in active:
                 _accumulate(adj, body, masks.product(node, g, _tie_share(node, body, indices)),
                             node.free.union(indices).difference(outer))
+            continue
+        cts = custom.cotangents(node, g) if name == "custom" else None
+        if cts is not None:  # (a rule no partials give: clipping the cotangent)
+            for arg, c in zip(node.args, cts):
+                if c is not None and arg in active:
+                    _accumulate(adj, arg, c, scope)
             continue
         for i, arg in enumerate(node.args):
             if arg not in active:

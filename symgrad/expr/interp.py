@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ops
+from symgrad.expr import custom, ops
 from symgrad.expr.build import Var, apply
 from symgrad.expr.functions import elementwise
 from symgrad.expr.node import Expr
@@ -252,7 +252,7 @@ def evaluate(exprs: Any, bindings: dict, symbolic: bool = False) -> Any:
     scalar graph instead of numbers.
     """
     values, arrays = _bindings(bindings)
-    roots = as_expr_list(exprs)
+    roots = custom.plain(as_expr_list(exprs))
     order = topo_order(roots)
     for r in roots:
         if r.free:

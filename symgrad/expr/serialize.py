@@ -40,6 +40,9 @@ def dumps(exprs: Any, indent: int | None = None) -> str:
     kind = "dict" if isinstance(exprs, dict) else "expr" if isinstance(exprs, Expr) else \
         "array" if isinstance(exprs, np.ndarray) else "list"
     nodes, outputs = to_flat(list(exprs.values()) if kind == "dict" else exprs)
+    if any(name == "custom" for name, _, _ in nodes):
+        raise FormatError("a custom_jvp / custom_vjp function's rule is Python code, which a document cannot "
+                          "hold: save its derivatives (sg.grad ...) or sg.compile the function")
     doc = {"format": FORMAT, "version": VERSION, "kind": kind,
            "nodes": [[name, float(p).hex() if name == "const" else _step_doc(p) if name == "scan" else p,
                       list(args)] for name, p, args in nodes],

@@ -1,0 +1,258 @@
+"""sg.custom_jvp / sg.custom_vjp: JAX's examples (its "Custom derivative rules" page) give JAX's numbers,
+derivatives of higher order differentiate the rule, every backend computes the function's value, and
+random compositions wrapped with their true rule agree with the plain function and finite differences."""
+
+from functools import partial
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symgrad as sg
+
+
+@sg.custom_jvp
+def log1pexp(x):
+    return np.log(1.0 + np.exp(x))
+
+
+@log1pexp.defjvp
+def _log1pexp_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    return log1pexp(x), (1.0 - 1.0 / (1.0 + np.exp(x))) * x_dot
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_the_rule_replaces_the_graph_where_the_graph_overflows():
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(sg.grad(lambda x: np.log(1.0 + np.exp(x)))(1000.0))  # inf / inf
+    assert sg.grad(log1pexp)(1000.0) == 1.0
+    assert log1pexp(3.0) == pytest.approx(np.log1p(np.exp(3.0)), rel=1e-15)
+    assert sg.jit(log1pexp)(3.0) == pytest.approx(np.log1p(np.exp(3.0)), rel=1e-15)
+    np.testing.assert_allclose(sg.vmap(sg.jit(sg.grad(log1pexp)))(np.arange(3.0)), _sigmoid(np.arange(3.0)),
+                               rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "numba"])
+def test_backends_compute_the_value_and_the_rule(backend):
+    vg = sg.value_and_grad(log1pexp, backend=backend)
+    for x in (-30.0, 0.5, 3.0, 700.0):
+        value, slope = vg(x)
+        assert value == pytest.approx(np.logaddexp(0.0, x), rel=1e-13)
+        assert slope == pytest.approx(_sigmoid(x), rel=1e-14)
+
+
+def test_second_derivatives_differentiate_the_rule():
+    x = 1.3
+    assert sg.grad(sg.grad(log1pexp))(x) == pytest.approx(_sigmoid(x) * (1 - _sigmoid(x)), rel=1e-13)
+    h = sg.hvp(lambda v: np.sum(log1pexp(v)))(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+    np.testing.assert_allclose(h, [_sigmoid(1.0) * (1 - _sigmoid(1.0)), 0.0], rtol=1e-13)
+
+
+@sg.custom_jvp
+def f_sin(x, y):
+    return np.sin(x) * y
+
+
+@f_sin.defjvp
+def _f_sin_jvp(primals, tangents):
+    (x, y), (x_dot, y_dot) = primals, tangents
+    return f_sin(x, y), np.cos(x) * x_dot * y + np.sin(x) * y_dot
+
+
+@sg.custom_vjp
+def g_sin(x, y):
+    return np.sin(x) * y
+
+
+def _g_fwd(x, y):
+    return g_sin(x, y), (np.cos(x), np.sin(x), y)
+
+
+def _g_bwd(res, g):
+    cos_x, sin_x, y = res
+    return cos_x * g * y, sin_x * g
+
+
+g_sin.defvjp(_g_fwd, _g_bwd)
+
+
+@pytest.mark.parametrize("fn", [f_sin, g_sin], ids=["custom_jvp", "custom_vjp"])
+def test_two_arguments_every_transform(fn):
+    x, y = 2.0, 3.0
+    assert fn(x, y) == pytest.approx(np.sin(2.0) * 3.0, rel=1e-15)
+    out, dot = sg.jvp(fn, (x, y), (1.0, 0.5))
+    assert dot == pytest.approx(np.cos(x) * y + np.sin(x) * 0.5, rel=1e-14)
+    assert sg.grad(fn, argnums=(0, 1))(x, y) == pytest.approx((np.cos(x) * y, np.sin(x)), rel=1e-14)
+    H = np.array(sg.hessian(fn, argnums=(0, 1))(x, y), dtype=float)
+    np.testing.assert_allclose(H, [[-np.sin(x) * y, np.cos(x)], [np.cos(x), 0.0]], rtol=1e-13, atol=1e-15)
+    J = sg.jacfwd(lambda v: fn(v[0], v[1]))(np.array([x, y]))
+    np.testing.assert_allclose(J, [np.cos(x) * y, np.sin(x)], rtol=1e-14)
+
+
+@partial(sg.custom_vjp, nondiff_argnums=(0, 1))
+def clip_gradient(lo, hi, x):
+    return x
+
+
+clip_gradient.defvjp(lambda lo, hi, x: (x, None), lambda lo, hi, _, g: (np.clip(g, lo, hi),))
+
+
+def test_a_bwd_that_clips_the_cotangent():
+    def clip_sin(x):
+        return np.sin(clip_gradient(-0.75, 0.75, x))
+
+    xs = np.linspace(0.0, 10.0, 5)
+    want = np.clip(np.cos(xs), -0.75, 0.75)
+    np.testing.assert_allclose([sg.grad(clip_sin)(float(x)) for x in xs], want, rtol=1e-15)
+    np.testing.assert_allclose(sg.vmap(sg.grad(clip_sin))(xs), want, rtol=1e-15)
+    with pytest.raises(TypeError, match="not linear in the cotangent"):
+        sg.jvp(clip_sin, (1.0,), (1.0,))
+
+
+def test_nondiff_function_argument_and_defjvps():
+    @partial(sg.custom_jvp, nondiff_argnums=(0,))
+    def app(f, x):
+        return f(x)
+
+    @app.defjvp
+    def _app_jvp(f, primals, tangents):
+        return f(primals[0]), 2.0 * tangents[0]
+
+    assert app(lambda x: x ** 3, 3.0) == 27.0
+    assert sg.grad(app, 1)(lambda x: x ** 3, 3.0) == 2.0
+
+    f = sg.custom_jvp(lambda x, y: np.sin(x) * y)
+    f.defjvps(lambda t, ans, x, y: np.cos(x) * t * y, None)
+    assert sg.grad(f, argnums=(0, 1))(0.5, 2.0) == pytest.approx((np.cos(0.5) * 2.0, 0.0), rel=1e-15)
+
+
+def test_pytrees_in_and_out():
+    @sg.custom_vjp
+    def polar(p):
+        return p["r"] * np.cos(p["t"]), p["r"] * np.sin(p["t"])
+
+    def fwd(p):
+        return polar(p), p
+
+    def bwd(p, g):
+        gx, gy = g
+        return ({"r": gx * np.cos(p["t"]) + gy * np.sin(p["t"]),
+                 "t": -gx * p["r"] * np.sin(p["t"]) + gy * p["r"] * np.cos(p["t"])},)
+
+    polar.defvjp(fwd, bwd)
+
+    def loss(p):
+        x, y = polar(p)
+        return x * 2.0 + y ** 2
+
+    def plain(p):
+        x, y = p["r"] * np.cos(p["t"]), p["r"] * np.sin(p["t"])
+        return x * 2.0 + y ** 2
+
+    p = {"r": 1.5, "t": 0.3}
+    got, want = sg.grad(loss)(p), sg.grad(plain)(p)
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], rel=1e-14) for k in want)
+    Hg, Hw = sg.hessian(loss)(p), sg.hessian(plain)(p)
+    assert all(Hg[a][b] == pytest.approx(Hw[a][b], rel=1e-13) for a in p for b in p)
+
+
+@pytest.mark.parametrize("n", [5, 200])  # element by element; a rolled trace falls back to elements
+def test_arrays(n):
+    x = np.linspace(-3.0, 50.0, n)
+    g = sg.grad(lambda v: np.sum(log1pexp(v) * np.arange(n)))(x)
+    np.testing.assert_allclose(g, _sigmoid(x) * np.arange(n), rtol=1e-13)
+
+
+def test_symbolic_calls_print_as_calls_and_evaluate_as_the_function():
+    x = sg.Var("x")
+    e = log1pexp(x) * 2
+    assert str(e) == "2*log1pexp(x)"
+    assert sg.evaluate(e, {x: 0.0}) == pytest.approx(2 * np.log(2.0), rel=1e-15)
+    assert str(sg.grad(log1pexp(x), [x])[0]) == "1 - 1/(exp(x) + 1)"
+    assert sg.compile(e, [x])(np.array([0.0])) == pytest.approx(2 * np.log(2.0), rel=1e-15)
+    with pytest.raises(sg.FormatError, match="custom_jvp"):
+        sg.dumps(e)
+
+
+def test_mistakes_are_named():
+    nonlinear = sg.custom_jvp(lambda x: x)
+    nonlinear.defjvp(lambda p, t: (p[0], t[0] ** 2))
+    with pytest.raises(TypeError, match="not linear in the tangents"):
+        sg.grad(nonlinear)(1.0)
+    no_rule = sg.custom_jvp(lambda x: x ** 2)
+    assert sg.jit(no_rule)(3.0) == 9.0
+    with pytest.raises(TypeError, match="without a rule"):
+        sg.grad(no_rule)(1.0)
+    wrong = sg.custom_vjp(lambda x, y: x * y)
+    wrong.defvjp(lambda x, y: (x * y, (x, y)), lambda r, g: (r[1] * g,))
+    with pytest.raises(TypeError, match="tuple of 2 cotangent"):
+        sg.grad(wrong)(1.0, 2.0)
+
+    def closes_over(w, z):
+        h = sg.custom_jvp(lambda x: x * z)
+        h.defjvp(lambda p, t: (h(*p), t[0] * z))
+        return h(w)
+
+    with pytest.raises(sg.TracingError, match="reads the traced value z"):
+        sg.grad(closes_over)(1.0, 2.0)
+
+
+# Random compositions, wrapped with the chain rule's derivative as their rule: the same gradients and
+# Hessians as the plain composition (reverse over the rule), and finite differences agree.
+_UNARY = {
+    "sin": (np.sin, np.cos),
+    "tanh": (np.tanh, lambda u: 1.0 - np.tanh(u) ** 2),
+    "exp": (lambda u: np.exp(0.3 * u), lambda u: 0.3 * np.exp(0.3 * u)),
+    "square": (lambda u: u * u, lambda u: 2.0 * u),
+    "softplus": (lambda u: np.log(1.0 + np.exp(u)), _sigmoid),
+}
+
+
+def _compose(names):
+    def f(x):
+        for n in names:
+            x = _UNARY[n][0](x)
+        return x
+    return f
+
+
+def _chain(names):
+    def d(x):
+        slope = 1.0
+        for n in names:
+            slope = slope * _UNARY[n][1](x)
+            x = _UNARY[n][0](x)
+        return slope
+    return d
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_UNARY)), min_size=1, max_size=4), st.booleans(),
+       st.floats(-1.5, 1.5), st.floats(-1.5, 1.5))
+def test_random_compositions_with_their_rule(names, vjp, a, b):
+    f, d = _compose(names), _chain(names)
+    if vjp:
+        wrapped = sg.custom_vjp(f)
+        wrapped.defvjp(lambda x: (f(x), x), lambda x, g: (d(x) * g,))
+    else:
+        wrapped = sg.custom_jvp(f)
+        wrapped.defjvp(lambda p, t: (f(p[0]), d(p[0]) * t[0]))
+
+    def loss(x, y):
+        return wrapped(x * y) + wrapped(x) * y
+
+    def plain(x, y):
+        return f(x * y) + f(x) * y
+
+    got, want = sg.grad(loss, argnums=(0, 1))(a, b), sg.grad(plain, argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    hessians = [np.array(sg.hessian(fn, argnums=(0, 1))(a, b), dtype=float) for fn in (loss, plain)]
+    np.testing.assert_allclose(*hessians, rtol=1e-10, atol=1e-12)
+    h = 1e-6
+    fd = (loss(a + h, b) - loss(a - h, b)) / (2 * h)
+    assert got[0] == pytest.approx(fd, rel=1e-6, abs=1e-6)
