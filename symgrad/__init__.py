@@ -41,7 +41,20 @@ from symgrad.pytree import (
     tree_unflatten,
 )
 from symgrad.special import log_softmax, logsumexp, softmax
-from symgrad.trace import Function, grad, hessian, hvp, jacfwd, jacobian, jacrev, jit, jvp, value_and_grad, vjp
+from symgrad.trace import (
+    Function,
+    grad,
+    hessian,
+    hvp,
+    jacfwd,
+    jacobian,
+    jacrev,
+    jit,
+    jvp,
+    linearize,
+    value_and_grad,
+    vjp,
+)
 
 exp = _FUNCS["exp"]
 log = _FUNCS["log"]

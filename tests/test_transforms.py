@@ -310,3 +310,24 @@ def test_objects_static_without_asking_key_the_trace_by_identity():
 
     x = np.ones(100)
     assert Model(np.ones(100)).total(x) == 100.0 and Model(2 * np.ones(100)).total(x) == 200.0
+
+
+def test_linearize_is_the_jvp_at_a_fixed_point():
+    def f(x, z):
+        return np.sum(np.sin(x) * z) + x[0] * z[1]
+
+    x, z = np.array([0.3, 1.2, -0.7]), np.array([2.0, -1.0, 0.5])
+    y, f_jvp = sg.linearize(f, x, z)
+    assert y == pytest.approx(f(x, z), rel=1e-15)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        tx, tz = rng.normal(size=3), rng.normal(size=3)
+        assert f_jvp(tx, tz) == pytest.approx(sg.jvp(f, (x, z), (tx, tz))[1], rel=1e-14)
+        h = 1e-6
+        assert f_jvp(tx, tz) == pytest.approx((f(x + h * tx, z + h * tz) - f(x - h * tx, z - h * tz)) / (2 * h),
+                                              rel=1e-7)
+    y, f_jvp, aux = sg.linearize(lambda v: (np.sin(v) * 2.0, v.shape[0]), x, has_aux=True)
+    np.testing.assert_allclose(f_jvp(np.ones(3)), 2.0 * np.cos(x), rtol=1e-15)
+    assert aux == 3
+    with pytest.raises(TypeError, match="one per primal"):
+        f_jvp(np.ones(3), np.ones(3))
