@@ -33,7 +33,8 @@ def vmap(fn: Any, in_axes: Any = 0, out_axes: Any = 0, *, backend: str = "auto")
     """``fn`` mapped over an axis of its arguments (``in_axes``), results stacked along ``out_axes``.
 
     ``in_axes``: an int (every positional argument), or a tuple with an int or None per
-    argument (None: not mapped, the same for every row); keyword arguments map along 0.
+    argument (None: not mapped, the same for every row), or for a pytree argument a tree of those
+    with its structure down to some depth (``({"w": None, "b": 0},)``); keyword arguments map along 0.
     ``out_axes``: an int, or a tuple with one per output leaf (None: an output that does not
     vary over the batch). JAX's conventions throughout; ``backend`` as for ``sg.jit``.
 
@@ -133,10 +134,17 @@ def _in_axes(spec: Any, n: int, who: str) -> list:
 
 
 def _per_leaf(arg: Any, axis: Any, who: str) -> list:
-    """The axis of each leaf of one argument (a container's leaves all map along its entry)."""
-    if axis is not None and not isinstance(axis, int | np.integer):
-        raise ValueError(f"{who}: each in_axes entry must be an int or None, got {axis!r}")
-    return [None if axis is None else _axis(leaf, int(axis), who) for leaf in pytree.flatten(arg)[0]]
+    """The axis of each leaf of one argument: its in_axes entry, an int or None for all of them, or
+    a tree of those with the argument's structure down to some depth (JAX's prefix)."""
+    try:
+        axes = pytree.broadcast_prefix(axis, arg)
+    except ValueError:
+        raise ValueError(f"{who}: the in_axes entry {axis!r} does not match the argument's structure "
+                         f"{pytree.tree_structure(arg)}") from None
+    bad = [a for a in axes if a is not None and not isinstance(a, int | np.integer)]
+    if bad:
+        raise ValueError(f"{who}: each in_axes entry must be an int or None (or a tree of them), got {bad[0]!r}")
+    return [None if a is None else _axis(leaf, int(a), who) for leaf, a in zip(pytree.flatten(arg)[0], axes)]
 
 
 def _axis(leaf: Any, axis: int, who: str) -> int:

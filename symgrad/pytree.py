@@ -181,6 +181,28 @@ def _rebuild(kind: Any, children: list) -> Any:
     return kind(*children)  # a namedtuple
 
 
+def broadcast_prefix(prefix: Any, tree: Any) -> list:
+    """For each leaf of ``tree``, the leaf of ``prefix`` above it: ``prefix`` has ``tree``'s structure
+    down to some depth, each of its leaves (None too) standing for a whole subtree (vmap's in_axes).
+
+    >>> broadcast_prefix({"a": 0, "b": None}, {"a": (1.0, 2.0), "b": 3.0})
+    [0, 0, None]
+    """
+    out: list = []
+    stack = [(prefix, tree)]
+    while stack:
+        p, t = stack.pop()
+        split = None if p is None else _children(p)
+        if split is None:
+            out.extend([p] * len(flatten(t)[0]))
+            continue
+        inner = _children(t)
+        if inner is None or inner[0] != split[0] or len(inner[1]) != len(split[1]):
+            raise ValueError(f"{p!r} is not a prefix of the structure of {t!r}")
+        stack.extend(reversed(list(zip(split[1], inner[1]))))
+    return out
+
+
 def is_leaf(treedef: Any) -> bool:
     """Whether a treedef is a single leaf (the argument was a number or an array itself)."""
     return treedef is LEAF

@@ -131,3 +131,13 @@ def test_register_dataclass_names_a_missing_field():
         sg.register_dataclass(D, data_fields=("a",), meta_fields=("c",))
     with pytest.raises(TypeError, match="not a dataclass"):
         sg.register_dataclass(Pair)
+
+
+def test_broadcast_prefix():
+    tree = {"a": (1.0, [2.0, 3.0]), "b": 4.0}
+    assert pytree.broadcast_prefix(0, tree) == [0, 0, 0, 0]
+    assert pytree.broadcast_prefix({"a": (None, 1), "b": 2}, tree) == [None, 1, 1, 2]
+    with pytest.raises(ValueError, match="not a prefix"):
+        pytree.broadcast_prefix({"a": 0}, tree)
+    with pytest.raises(ValueError, match="not a prefix"):
+        pytree.broadcast_prefix({"a": (0, 1, 2), "b": 0}, tree)

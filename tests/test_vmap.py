@@ -115,7 +115,7 @@ def test_vmap_traces_once_per_shape():
     (lambda A: sg.vmap(lambda a, b: a + b)(A, A[:5]), "different sizes"),
     (lambda A: sg.vmap(np.sin, in_axes=None)(A), "maps no argument"),
     (lambda A: sg.vmap(lambda a: a, in_axes=3)(A), r"axis 3 of an argument of shape \(80, 3\)"),
-    (lambda A: sg.vmap(lambda a: a, in_axes=((0,),))(A), "must be an int or None"),
+    (lambda A: sg.vmap(lambda a: a, in_axes=((0,),))(A), "does not match the argument's structure"),
     (lambda A: sg.vmap(lambda a: a, out_axes=None)(A), "out_axes entry is None"),
     (lambda A: sg.vmap(lambda a: a, out_axes=5)(A), "out_axes 5 is out of range"),
     (lambda A: sg.vmap(lambda a: a)(2.0), "rank 0"),
@@ -167,3 +167,21 @@ def test_long_loop_programs_run_on_the_vm_under_auto(monkeypatch):
     x = RNG.normal(size=100)
     np.testing.assert_allclose(vg(x)[0], np.sum(np.tanh(x[1:] * x[:-1])), rtol=1e-13)
     assert vg.compiled.backend == "vm"
+
+
+@pytest.mark.parametrize("n", [3, 100])  # element by element, rolled
+def test_in_axes_as_a_pytree_prefix(n):
+    rng = np.random.default_rng(n)
+    p = {"w": rng.normal(size=2), "b": rng.normal(size=n)}
+    X = rng.normal(size=(n, 2))
+    axes = ({"w": None, "b": 0}, 0)
+    want = X @ p["w"] + p["b"]
+    np.testing.assert_allclose(sg.vmap(lambda p, x: np.dot(p["w"], x) + p["b"], in_axes=axes)(p, X), want,
+                               rtol=1e-14)
+    g = sg.vmap(sg.grad(lambda p, x: (np.dot(p["w"], x) + p["b"]) ** 2), in_axes=axes)(p, X)
+    np.testing.assert_allclose(g["w"], 2 * want[:, None] * X, rtol=1e-13)
+    np.testing.assert_allclose(g["b"], 2 * want, rtol=1e-13)
+    with pytest.raises(ValueError, match="does not match the argument's structure"):
+        sg.vmap(lambda p: p["w"], in_axes=({"z": 0},))(p)
+    with pytest.raises(ValueError, match="must be an int or None"):
+        sg.vmap(lambda p: p["w"], in_axes=({"w": "a", "b": 0},))(p)
