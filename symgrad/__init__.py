@@ -8,12 +8,13 @@
 
 from types import ModuleType as _ModuleType
 
-from symgrad import compile, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad import compile, lax, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
 from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad
 from symgrad.compile.function import Compiled
 from symgrad.compile.program import Program
+from symgrad.control import cond, fori_loop, switch, while_loop
 from symgrad.custom import custom_jvp, custom_vjp
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff

@@ -1,0 +1,104 @@
+"""while_loop / fori_loop / cond / switch (sg.* and symgrad.lax): the values of the Python loop or branch
+they stand for, derivatives against finite differences in every mode, and named mistakes."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symgrad as sg
+from symgrad import lax
+
+
+def _fd(f, x, h=1e-6):
+    return (f(x + h) - f(x - h)) / (2 * h)
+
+
+def _particle(w, max_steps=200):
+    """A falling particle pushed by w, stopped when it crosses 0 (GradBench's particle, in one dimension)."""
+    def body(s):
+        x, v = s
+        return x + 0.1 * v, v - 0.1 * w * (1.0 + x * x)
+
+    return sg.while_loop(lambda s: s[0] > 0.0, body, (1.0, 0.5), max_steps=max_steps)[0]
+
+
+def _particle_python(w):
+    x, v = 1.0, 0.5
+    while x > 0.0:
+        x, v = x + 0.1 * v, v - 0.1 * w * (1.0 + x * x)
+    return x
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.5, 4.0))
+def test_a_traced_condition_is_a_bounded_loop_differentiable_in_every_mode(w):
+    assert _particle(w) == pytest.approx(_particle_python(w), rel=1e-12, abs=1e-14)
+    assert sg.jit(_particle)(w) == pytest.approx(_particle_python(w), rel=1e-12, abs=1e-14)
+    g = sg.grad(_particle)(w)
+    assert g == pytest.approx(_fd(_particle_python, w), rel=1e-5, abs=1e-7)
+    assert sg.jvp(_particle, (w,), (1.0,))[1] == pytest.approx(g, rel=1e-12, abs=1e-14)
+
+
+def test_the_bound_stops_the_loop_and_a_missing_bound_is_named():
+    assert _particle(0.01, max_steps=3) == pytest.approx(1.0 + 0.1 * 0.5 * 3 - 0.1 * 0.1 * 0.01 * 6, rel=1e-2)
+    with pytest.raises(sg.TracingError, match="max_steps=N"):
+        sg.grad(lambda w: sg.while_loop(lambda s: s > 0, lambda s: s - w, 1.0))(0.3)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        sg.while_loop(lambda s: s > 0, lambda s: s - 1, 1.0, max_steps=-1)
+    with pytest.raises(TypeError, match="keep its shape"):
+        sg.grad(lambda w: np.sum(sg.while_loop(lambda s: s[0] > 0, lambda s: s[:1] - w, np.ones(2) * w,
+                                                max_steps=3)))(0.3)
+
+
+def test_a_condition_python_decides_runs_in_python():
+    assert sg.while_loop(lambda v: v[0] < 10, lambda v: (v[0] + 1, v[1] * 2.0), (0, 1.0)) == (10, 1024.0)
+
+    def f(x):  # a counter in the carry: the loop unrolls, the body sees x traced
+        return sg.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, np.sin(s[1])), (0, x))[1]
+
+    assert sg.grad(f)(0.7) == pytest.approx(_fd(f, 0.7), rel=1e-8)
+
+
+@pytest.mark.parametrize("n", [5, 100])  # element by element (a Python loop: x[i] of an object array), rolled
+def test_fori_loop(n):
+    x = np.linspace(0.1, 1.0, n)
+
+    def f(x):
+        return sg.fori_loop(0, n, lambda i, s: s * 0.9 + x[i] ** 2, 0.0)
+
+    want = sum(x[i] ** 2 * 0.9 ** (n - 1 - i) for i in range(n))
+    assert f(x) == pytest.approx(want, rel=1e-13)
+    assert sg.jit(f)(x) == pytest.approx(want, rel=1e-13)
+    np.testing.assert_allclose(sg.grad(f)(x), [2 * x[i] * 0.9 ** (n - 1 - i) for i in range(n)], rtol=1e-12)
+    shaped = sg.grad(lambda x: sg.fori_loop(1, 3, lambda i, s: s + np.sum(x[:i] ** 2), 0.0))(x)  # i as a size
+    np.testing.assert_allclose(shaped[:3], [4 * x[0], 2 * x[1], 0.0], rtol=1e-15)
+    with pytest.raises(TypeError, match="must be an integer"):
+        sg.fori_loop(0, 2.5, lambda i, s: s, 0.0)
+
+
+@pytest.mark.parametrize("n", [4, 100])
+def test_cond_and_switch(n):
+    x = np.linspace(-1.0, 2.0, n)
+
+    def f(x):
+        return np.sum(sg.cond(np.sum(x) > 0, lambda a: a ** 2, lambda a: -a, x))
+
+    np.testing.assert_allclose(sg.grad(f)(x), 2 * x, rtol=1e-15)
+    np.testing.assert_allclose(sg.grad(f)(-x), -np.ones(n), rtol=1e-15)
+    assert sg.cond(False, lambda a: a + 1, lambda a: a - 1, 1.0) == 0.0
+    branches = [lambda a: a, lambda a: 2.0 * a, lambda a: a ** 2]
+    for k in (-1.0, 0.0, 1.0, 2.0, 7.0):
+        want = 2.0 if k == 1.0 else 2.0 * 3.0 if k >= 2 else 1.0
+        assert sg.grad(lambda a, k: sg.switch(k, branches, a))(3.0, k) == want
+        assert sg.switch(int(k), branches, 3.0) == branches[int(np.clip(k, 0, 2))](3.0)
+    with pytest.raises(TypeError, match="structures"):
+        sg.grad(lambda a: sg.cond(a > 0, lambda a: (a, a), lambda a: a, a))(1.0)
+
+
+def test_the_lax_namespace():
+    X = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_allclose(lax.map(lambda r: np.sum(r ** 2), X), np.sum(X ** 2, axis=1))
+    np.testing.assert_allclose(sg.grad(lambda X: np.sum(lax.map(np.sin, X)))(X), np.cos(X), rtol=1e-15)
+    np.testing.assert_allclose(lax.select(X > 2, X, -X), np.where(X > 2, X, -X))
+    assert lax.scan is sg.scan and lax.while_loop is sg.while_loop and lax.stop_gradient is sg.stop_gradient
