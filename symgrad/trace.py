@@ -30,6 +30,7 @@ import inspect
 import itertools
 import math
 import operator
+import os
 import sys
 import threading
 import types
@@ -51,14 +52,13 @@ from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian
-from symgrad.expr.traverse import as_expr_list, object_array, substitute, topo_order
+from symgrad.expr.traverse import as_expr_list, count_nodes, object_array, substitute, topo_order
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
 # Where an array argument has at least this many elements, array arguments trace as rolled arrays
 # (sg.array), under the transforms that take them; smaller problems element by element
 # (straight-line code is the faster at that size).
 ROLLED_MIN = 64
-NOTE_MIN = 10**5  # a trace falling back to elements with this many says so (one warning)
 # A rolled trace of at least NESTS_MIN scalar nodes whose elements number at most UNROLLED_MAX is
 # traced element by element instead: a Python loop over short arrays (an RNN's time steps over a
 # hidden state of 8) makes thousands of loop nests of a few iterations each, too many for Numba to
@@ -584,6 +584,8 @@ class Trace:
         self._plain = [k for k in (*self.wrt_keys, *self.data_keys) if self.slots[k].treedef is pytree.LEAF]
         self._single = len(self.wrt_keys) == 1 and self.wrt_keys[0] in self._plain
 
+    fallback: str | None = None  # why a rolled trace failed, where this one went element by element
+
     def stale(self) -> bool:
         """Whether a value fn captured (a global, a closure cell, an attribute, an array's contents)
         changed since this trace: the formulas hold the old one."""
@@ -702,6 +704,28 @@ class Trace:
                 cuts.append(functools.partial(_block_at, slice(lo, lo + n), shape, dtype))
             lo += n
         return cuts
+
+    def explain(self) -> str:
+        """One line: the arguments' shapes, the path the trace took (and why), its size, the program."""
+        shapes = ", ".join(f"{name}: {self._shapes(k)}" for name, k in zip(self.arguments, self.slots))
+        if self.indexed:
+            path = "rolled (whole arrays: loops)"
+        elif self.fallback is not None:
+            path = f"element by element, because {self.fallback}"
+        else:
+            path = "element by element (arrays under ROLLED_MIN elements)" if any(
+                sh for s in self.slots.values() for sh in s.shapes) else "scalars"
+        flat = self.flat.exprs if isinstance(self.flat, SparseExprs) else self.flat
+        line = f"  {shapes or 'no arguments'} -> {path}, {count_nodes(list(flat))} nodes"
+        if "compiled" in self.__dict__:
+            c = self.compiled
+            kind = "loops" if type(c.program).__name__ == "LoopProgram" else "a flat program"
+            line += f", {kind} on {c.backend}"
+        return line
+
+    def _shapes(self, key: Any) -> str:
+        shapes = self.slots[key].shapes
+        return str(shapes[0]) if self.slots[key].treedef is pytree.LEAF else f"a pytree of {len(shapes)} leaves"
 
     @functools.cached_property
     def compiled(self) -> compiled.Compiled:
@@ -963,6 +987,7 @@ class Function:
         self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
         self._changes = 0  # traces made again because a captured value changed
         self._ints_static = False  # Python ints not differentiated: static (once one was used as a size)
+        self._noted = False  # whether the element-by-element warning was given
         functools.update_wrapper(self, fn, updated=())  # not fn.__dict__: a Function inside keeps its own
         self.__name__ = getattr(fn, "__name__", None) or _describe(fn)
         self._who = f"sg.{transform}({self.__name__})"
@@ -1086,15 +1111,36 @@ class Function:
             except (TracingError, NotImplementedError, TypeError) as e:
                 if not self._fallback or _int_use(e) and not self._ints_static and _holds_int((args, kwargs)):
                     raise
-                self._note(e, args, kwargs)
+                why = f"{str(e).splitlines()[0]} ({_where(e)})"
+                t = _traced(lambda: Trace(self, args, kwargs))
+                t.fallback = why
+                self._note(why, args, kwargs)
+                return t
         return _traced(lambda: Trace(self, args, kwargs))
 
-    def _note(self, reason: Exception, args: tuple, kwargs: dict) -> None:
-        """One line where a large trace goes element by element (slow at that size), naming why."""
+    def _note(self, why: str, args: tuple, kwargs: dict) -> None:
+        """One warning (per function) where a trace goes element by element for want of a rolled form."""
+        if self._noted:
+            return
+        self._noted = True
         n = sum(np.size(leaf) for leaf in pytree.flatten((args, kwargs))[0] if not isinstance(leaf, str))
-        if n >= NOTE_MIN:
-            warnings.warn(f"{self._who}: {str(reason).splitlines()[0]}; tracing its {n} array elements one by "
-                          "one instead (slow at this size)", stacklevel=5)
+        warnings.warn(f"{self._who}: {why}: tracing its {n} array elements one by one instead (slow at large "
+                      "sizes; .explain() says which path each trace took)", stacklevel=_user_level())
+
+    def explain(self) -> str:
+        """How each traced signature runs: rolled (loops over whole arrays) or element by element,
+        and why (the construct without a rolled form, and the line), its size, the compiled program.
+
+        >>> import numpy as np, symgrad as sg
+        >>> f = sg.grad(lambda x: np.sum(x ** 2), backend="vm")
+        >>> _ = f(np.ones(100))
+        >>> print(f.explain())
+        sg.grad(<lambda>)
+          x: (100,) -> rolled (whole arrays: loops), 6 nodes, loops on vm
+        """
+        if not self._traces:
+            return f"{self._who}: not traced yet (call it first)"
+        return "\n".join([self._who, *(t.explain() for t in self._traces.values())])
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of
@@ -1233,6 +1279,30 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<{self._who}, {len(self._traces)} traced signature(s)>"
+
+
+_LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (np, os))
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _where(e: BaseException) -> str:
+    """The line of the user's code an exception came from: its last frame outside symgrad, NumPy
+    and the standard library (``file.py:12``)."""
+    found, tb = None, e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith((_OWN_DIR, *_LIBRARY_DIRS)) and not name.startswith("<frozen"):
+            found = f"{os.path.basename(name)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found or "inside symgrad"
+
+
+def _user_level() -> int:
+    """The stacklevel of a warning given by the caller: the first frame outside symgrad."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _describe(fn: Any) -> str:

@@ -153,10 +153,21 @@ def test_function_sum_is_a_rolled_sum_over_the_rows(monkeypatch):
     assert len(vg2._traces) == 1  # the per-row kernel
 
 
-def test_a_large_trace_without_rolled_form_says_so(monkeypatch):
-    monkeypatch.setattr(trace, "NOTE_MIN", 100)
-    with pytest.warns(UserWarning, match=r"np.diag.*tracing its 200 array elements one by one"):
-        sg.jit(lambda x: np.diag(x), backend="python")(np.ones(200))
+def test_a_trace_without_rolled_form_says_so_once_and_explains():
+    f = sg.jit(lambda x: np.diag(x), backend="python")
+    message = r"np.diag.*test_vmap.py:\d+\): tracing its 200 array elements one by one"
+    with pytest.warns(UserWarning, match=message) as record:
+        f(np.ones(200))
+        f(np.ones(201))
+    assert len(record) == 1 and record[0].filename == __file__
+    explained = f.explain().splitlines()
+    assert explained[0] == "sg.jit(<lambda>)" and len(explained) == 3
+    assert explained[1].startswith("  x: (200,) -> element by element, because np.diag")
+    assert "test_vmap.py" in explained[1]
+    g = sg.grad(lambda x: np.sum(x ** 2), backend="vm")
+    assert g.explain() == "sg.grad(<lambda>): not traced yet (call it first)"
+    g(np.ones(100))
+    assert g.explain().splitlines()[1] == "  x: (100,) -> rolled (whole arrays: loops), 6 nodes, loops on vm"
 
 
 def test_long_loop_programs_run_on_the_vm_under_auto(monkeypatch):
