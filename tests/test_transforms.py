@@ -331,3 +331,28 @@ def test_linearize_is_the_jvp_at_a_fixed_point():
     assert aux == 3
     with pytest.raises(TypeError, match="one per primal"):
         f_jvp(np.ones(3), np.ones(3))
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "numba"])
+def test_jacobians_through_gathers_by_integer_arguments(backend):
+    """A Jacobian's row cannot scatter: an address read from a table is tested at each target instead
+    (hand tracking: vertices indexed by correspondences)."""
+    rng = np.random.default_rng(5)
+    V, idx, w = rng.normal(size=(70, 3)), rng.integers(0, 70, size=65), rng.normal(size=65)
+
+    def h(V, idx, w):
+        return (V[idx] * w[:, None]).ravel() + np.repeat(np.sin(V[idx, 0]), 3) * V[3, 1]
+
+    J_V, J_w = sg.jacobian(h, argnums=(0, 2), backend=backend)(V, idx, w)
+    eps, want = 1e-6, np.zeros((195, 70, 3))
+    for a, b in np.ndindex(70, 3):
+        step = np.zeros((70, 3))
+        step[a, b] = eps
+        want[:, a, b] = (h(V + step, idx, w) - h(V - step, idx, w)) / (2 * eps)
+    np.testing.assert_allclose(J_V, want, atol=1e-8)
+    np.testing.assert_allclose(J_w, sg.jacfwd(h, argnums=2, backend=backend)(V, idx, w), rtol=1e-14)
+    np.testing.assert_allclose(sg.jacrev(h, backend=backend)(V, idx, w), J_V, rtol=1e-14)
+    H = sg.hessian(lambda V, idx: np.sum(np.sin(V[idx]) ** 2), backend=backend)(V, idx)
+    counts = np.bincount(idx, minlength=70)[:, None] * np.ones(3)
+    np.testing.assert_allclose(np.einsum("abab->ab", H), counts * 2 * np.cos(2 * V), rtol=1e-12, atol=1e-12)
+    assert np.count_nonzero(H) == np.count_nonzero(counts)

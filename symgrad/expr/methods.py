@@ -195,3 +195,17 @@ Expr.squeeze = lambda self, axis=None: ndarrays.squeeze(self, axis)
 Expr.cumsum = lambda self, axis=None, dtype=None, out=None: ndarrays.cumsum(self, axis, dtype, out)
 Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.prod(
     self, axis, dtype, out, keepdims, **rest)
+for _kind in ("repeat", "clip", "round", "var", "std", "cumprod", "take", "trace", "conj", "conjugate"):
+    setattr(Expr, _kind, lambda self, *args, _kind=_kind, **kwargs: getattr(np, _kind)(self, *args, **kwargs))
+Expr.copy = lambda self, order="C": self  # (immutable: a copy is the same node)
+
+
+def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
+    """``x.astype(float)``: the same expression; an integer or bool dtype has no traced form."""
+    if np.dtype(dtype).kind != "f":
+        raise TracingError(f"x.astype({np.dtype(dtype)}) of a traced value: only float dtypes (the values are "
+                           "floats until the function runs)")
+    return self
+
+
+Expr.astype = _astype

@@ -271,12 +271,6 @@ where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} !=
              to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
              branch=lambda c, a, b: c != 0, finite=True)
 stop_gradient = _row("stop_gradient", 1, lambda a: a, "{0}", (None,), to_sympy="StopGradient", finite=True)
-# A function with a derivative rule of its own (sg.custom_jvp / custom_vjp): the value (argument 0)
-# of its arguments (1 ..), whose partials the rule in its payload gives (expr/custom.py), not the
-# value's graph; printed as the call, compiled as the value.
-custom = _row("custom", -1, lambda value, *args: value, None, to_sympy=lambda value, *args: value,
-              template=lambda node: (f"{node.payload.name}(", *sum((((k, 0), ", ") for k in range(
-                  1, len(node.args))), ())[:-1], ")"))
 # fmt: on
 
 # ---- rolled: index symbols, arrays, loads, reductions over an index, tensors --------------------
@@ -367,6 +361,14 @@ scan = _row("scan", -1, None, None, kind="rolled", array_valued=True,
 
 # The scalar functions: every row a formula, a method or a NumPy ufunc can reach.
 FUNCTIONS: dict[str, Op] = {name: op for name, op in OPS.items() if op.kind == "scalar" and op.arity > 0}
+
+# (last: the codes of the rows above, which hashes read, stay as they were)
+# A function with a derivative rule of its own (sg.custom_jvp / custom_vjp): the value (argument 0)
+# of its arguments (1 ..), whose partials the rule in its payload gives (expr/custom.py), not the
+# value's graph; printed as the call, compiled as the value.
+custom = _row("custom", -1, lambda value, *args: value, None, to_sympy=lambda value, *args: value,
+              template=lambda node: (f"{node.payload.name}(", *sum((((k, 0), ", ") for k in range(
+                  1, len(node.args))), ())[:-1], ")"))
 
 # Late import: rows are callable (they build nodes), and build needs the rows.
 from symgrad.expr import build  # noqa: E402

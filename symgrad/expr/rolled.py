@@ -352,9 +352,6 @@ def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict
     for load, w in sites:
         term = _inverted(load, w, targets, outer, memo)
         if term is None:
-            if outer:
-                raise NotImplementedError(f"a Jacobian through the gather {load} (a table or a map that cannot be "
-                                          "inverted) is not available: differentiate sg.unroll(...) instead")
             term = _scattered(arr, load, w, targets)
         total = term if total is None else total + term
     return total
@@ -398,6 +395,7 @@ def _at_target(condition: Expr, load: Expr, shape: tuple, targets: tuple) -> Exp
 def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> Expr | None:
     solved: dict[Expr, Expr] = {o: o for o in outer}
     guards: list[Expr] = []
+    tested = []  # addresses no index can be solved from: tested at every value of their indices
     for address, target in zip(load.args[1:], targets):
         if all(i in solved for i in address.free):
             guards.append(target == (substitute_indices(address, solved) if solved else address))
@@ -407,10 +405,14 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> 
         # (``outer``), which cannot scatter, gather.
         step = solve(address, target, solved, strides=bool(outer))
         if step is None:
-            return None
+            if not outer:
+                return None
+            tested.append((address, target))  # (a Jacobian's row cannot scatter: a masked sum instead)
+            continue
         i, value, conditions = step
         solved[i] = value
         guards += conditions
+    guards += [target == substitute_indices(address, solved) for address, target in tested]
     term = tidy(_at(w, load, solved), memo)
     for condition in reversed(guards):
         condition = tidy(condition, memo)
