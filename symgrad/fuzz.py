@@ -903,11 +903,13 @@ class _Checker:
             dirs = [d / norm for d in dirs]
             exact = sum(float(np.sum(g * d)) for g, d in zip(grads, dirs))
             gnorm = np.sqrt(sum(float(np.sum(g * g)) for g in grads))
-            misses = []
-            for h in FD_STEPS:
-                fd = (self._moved(f, inputs, dirs, h) - self._moved(f, inputs, dirs, -h)) / (2 * h)
-                rounding = 1e-12 * max(1.0, abs(float(f(*inputs)))) + self.noise[0]
+            misses, rounding = [], 1e-12 * max(1.0, abs(float(f(*inputs)))) + self.noise[0]
+            fds = [(self._moved(f, inputs, dirs, h) - self._moved(f, inputs, dirs, -h)) / (2 * h)
+                   for h in FD_STEPS]
+            for k, (h, fd) in enumerate(zip(FD_STEPS, fds)):
                 tol = FD_RTOL * (gnorm + abs(exact)) + rounding / h
+                if k:  # central differences' truncation error ~ h**2: estimated from the step before
+                    tol += 2 * abs(fd - fds[k - 1]) * (h / FD_STEPS[k - 1]) ** 2
                 misses.append((not abs(fd - exact) <= tol, fd))  # (a nan gradient misses too)
             if all(m for m, _ in misses):
                 self.add("fd", "grad", "nan" if np.isnan(exact) else "wrong",
