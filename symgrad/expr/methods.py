@@ -25,6 +25,7 @@ from symgrad.expr import (
     printing,
     rolled,
     traverse,
+    updates,
 )
 from symgrad.expr.build import apply
 from symgrad.expr.functions import SymArray, rint
@@ -81,6 +82,7 @@ Expr.real = property(lambda self: self)
 Expr.imag = property(lambda self: intern(ops.OPS["const"], (), 0.0))
 Expr.conjugate = Expr.conj = lambda self: self
 Expr.astype = _astype
+Expr.at = SymArray.at = property(lambda self: updates.At(self), doc="JAX's functional updates: x.at[i].set(v)")
 Expr.__round__ = lambda self, ndigits=None: rint(self * 10.0 ** (ndigits or 0)) / 10.0 ** (ndigits or 0)
 Expr.rint = rint
 
@@ -209,3 +211,4 @@ def _astype(self: Expr, dtype: Any, *args: Any, **kwargs: Any) -> Expr:
 
 
 Expr.astype = _astype
+Expr.at = SymArray.at = property(lambda self: updates.At(self), doc="JAX's functional updates: x.at[i].set(v)")

@@ -1,0 +1,53 @@
+"""NumPy for JAX ports: ``import symgrad.numpy as jnp`` and a file written for ``jax.numpy`` runs.
+
+Every NumPy name is here (``jnp.sin``, ``jnp.sum``, ``jnp.linalg`` ...: NumPy's own, which symgrad
+traces); the arrays made here (``jnp.zeros``, ``jnp.array``, ``jnp.arange`` ...) are NumPy arrays
+with JAX's functional updates, ``x.at[i].set(v)`` (as traced arrays have); and ``jnp.ndarray`` is
+NumPy's. Values are float64 (JAX's default is float32).
+
+>>> import symgrad as sg
+>>> import symgrad.numpy as jnp
+>>> def f(x):
+...     return jnp.sum(jnp.zeros(3).at[1].set(x) ** 2)
+>>> sg.grad(f)(3.0)
+6.0
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as _np
+
+from symgrad.expr.updates import At
+
+
+class Array(_np.ndarray):
+    """A NumPy array with ``.at`` (what this module's array makers return)."""
+
+    @property
+    def at(self) -> At:
+        """JAX's functional updates: ``x.at[i].set(v)`` is a new array."""
+        return At(self)
+
+
+def _making(make: Callable) -> Callable:
+    @functools.wraps(make)
+    def made(*args: Any, **kwargs: Any) -> Any:
+        out = make(*args, **kwargs)
+        return out.view(Array) if type(out) is _np.ndarray and out.dtype != object else out
+    return made
+
+
+for _name in ("array", "asarray", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye",
+              "identity", "zeros_like", "ones_like", "full_like", "empty_like", "concatenate", "stack",
+              "hstack", "vstack", "tile", "repeat", "diag", "outer", "meshgrid"):
+    globals()[_name] = _making(getattr(_np, _name))
+
+ndarray = _np.ndarray
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(_np, name)

@@ -1,0 +1,95 @@
+"""x.at[idx].set / add / multiply / min / max / get (JAX's functional updates) on traced arrays, rolled
+and element by element, and on symgrad.numpy's arrays: NumPy's in-place semantics on a copy (np.add.at
+for repeated positions), derivatives against finite differences."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symgrad as sg
+import symgrad.numpy as jnp
+
+KINDS = ("set", "add", "multiply", "min", "max")
+
+
+def _reference(x, idx, v, kind):
+    out = x.copy()
+    if kind == "set":
+        out[idx] = v
+    else:
+        {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[kind].at(out, idx, v)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.sampled_from(KINDS), st.integers(0, 2**31 - 1), st.sampled_from(["ints", "slice", "one"]))
+def test_updates_match_numpy_on_the_interpreter(ndim, kind, seed, how):
+    rng = np.random.default_rng(seed)
+    shape = tuple(rng.integers(2, 5, size=ndim))
+    x = rng.normal(size=shape)
+    if how == "ints":
+        idx = tuple(rng.integers(-shape[0], shape[0], size=4)) if ndim == 1 else (rng.integers(0, shape[0], size=4),)
+    elif how == "slice":
+        idx = (slice(1, None, 2),)
+    else:
+        idx = (int(rng.integers(0, shape[0])),)
+    idx = idx[0] if len(idx) == 1 else np.array(idx)
+    v = rng.normal(size=np.shape(x[idx])[-1:]) if rng.random() < 0.5 and np.ndim(x[idx]) else float(rng.normal())
+    want = _reference(x, idx, v, kind)
+    got = getattr(jnp.asarray(x).at[idx], kind)(v)
+    np.testing.assert_array_equal(got, want)
+    f = sg.jit(lambda x, v: getattr(x.at[idx], kind)(v), backend="python")
+    np.testing.assert_allclose(f(x, v), want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("n", [6, 100])  # element by element, rolled
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_gradients_through_updates(n, backend):
+    rng = np.random.default_rng(n)
+    x, v = rng.normal(size=n), rng.normal(size=3)
+    idx = np.array([1, 3, 1])
+
+    def f(x, v):
+        return np.sum(np.sin(x.at[idx].add(v)) * x.at[2:4].set(v[:2] * 2.0) + x.at[0].multiply(v[0]) ** 2
+                      + x.at[idx].max(v))
+
+    def ref(x, v):
+        return np.sum(np.sin(_reference(x, idx, v, "add")) * _reference(x, slice(2, 4), v[:2] * 2.0, "set")
+                      + _reference(x, 0, v[0], "multiply") ** 2 + _reference(x, idx, v, "max"))
+
+    assert sg.jit(f, backend=backend)(x, v) == pytest.approx(ref(x, v), rel=1e-13)
+    gx, gv = sg.grad(f, argnums=(0, 1), backend=backend)(x, v)
+    eps = 1e-6
+    np.testing.assert_allclose(gx, [(ref(x + eps * e, v) - ref(x - eps * e, v)) / (2 * eps) for e in np.eye(n)],
+                               atol=1e-7)
+    np.testing.assert_allclose(gv, [(ref(x, v + eps * e) - ref(x, v - eps * e)) / (2 * eps) for e in np.eye(3)],
+                               atol=1e-7)
+
+
+def test_a_traced_index_updates_one_entry_or_none():
+    x = np.arange(5.0)
+
+    def f(x, i):
+        return x.at[i].set(x[0] * 10.0 + 1.0)
+
+    for i in (0.0, 3.0, -1.0, 7.0):  # (out of range: dropped, as JAX's default)
+        want = x.copy()
+        if -5 <= i < 5:
+            want[int(i)] = 1.0
+        np.testing.assert_array_equal(sg.jit(f, backend="python")(x, i), want)
+    M = np.ones((3, 2))
+    np.testing.assert_array_equal(sg.jit(lambda M, i: M.at[i].add(np.array([1.0, 2.0])), backend="python")(M, 1.0),
+                                  [[1, 1], [2, 3], [1, 1]])
+    loop = sg.grad(lambda x: np.sum(sg.fori_loop(0, 5, lambda i, y: y.at[i].set(y[i] * y[i]), x)))
+    np.testing.assert_allclose(loop(x + 1.0), 2 * (x + 1.0))
+
+
+def test_symgrad_numpy_arrays_have_at_and_everything_else_is_numpy():
+    z = jnp.zeros(4)
+    assert isinstance(z, np.ndarray) and isinstance(z.at[1].set(2.0), jnp.Array)
+    np.testing.assert_array_equal(z.at[np.array([0, 0, 3])].add(1.0), [2.0, 0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(z, np.zeros(4))  # unchanged
+    assert jnp.sin is np.sin and jnp.linalg is np.linalg and jnp.ndarray is np.ndarray
+    assert sg.grad(lambda w: jnp.sum(jnp.ones(100).at[jnp.arange(0, 100, 2)].multiply(w) ** 2))(2.0) == 200.0
+    assert z.at[2].get() == 0.0
