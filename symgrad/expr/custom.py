@@ -15,8 +15,7 @@ import itertools
 
 from symgrad.expr import ops
 from symgrad.expr.build import apply
-from symgrad.expr.node import Expr, intern
-from symgrad.expr.scans import Name
+from symgrad.expr.node import Expr, Name, intern
 from symgrad.expr.traverse import substitute, topo_order
 
 _count = itertools.count()

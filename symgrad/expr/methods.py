@@ -197,8 +197,25 @@ Expr.squeeze = lambda self, axis=None: ndarrays.squeeze(self, axis)
 Expr.cumsum = lambda self, axis=None, dtype=None, out=None: ndarrays.cumsum(self, axis, dtype, out)
 Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.prod(
     self, axis, dtype, out, keepdims, **rest)
-for _kind in ("repeat", "clip", "round", "var", "std", "cumprod", "take", "trace", "conj", "conjugate"):
-    setattr(Expr, _kind, lambda self, *args, _kind=_kind, **kwargs: getattr(np, _kind)(self, *args, **kwargs))
+
+
+def _numpy_method(name: str) -> property:
+    """``x.name(...)`` of a rolled array: ``np.name(x, ...)``. A scalar has no such attribute: NumPy's
+    own functions, which call the method where there is one, then treat it as a 0-d array."""
+    f = getattr(np, name)
+
+    def get(self: Expr) -> Any:
+        if not self.op.array_valued:
+            raise AttributeError(f"a scalar expression has no method {name}: use np.{name}(x)")
+        if isinstance(f, np.ufunc):
+            return lambda *args, **kwargs: f(self, *args, **kwargs)
+        return lambda *args, **kwargs: ndarrays.array_function(f, (self, *args), kwargs)
+
+    return property(get)
+
+
+for _kind in ("repeat", "clip", "round", "var", "std", "cumprod", "take", "trace"):
+    setattr(Expr, _kind, _numpy_method(_kind))
 Expr.copy = lambda self, order="C": self  # (immutable: a copy is the same node)
 
 

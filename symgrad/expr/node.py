@@ -49,6 +49,27 @@ class TracingError(TypeError):
     """
 
 
+class Name(str):
+    """A placeholder's name. It equals only another placeholder's name (and hashes and prints its
+    repr apart), never the plain ``str`` of an ``sg.array`` or of an array in a document: a user's
+    array called ``scan#c`` is another node than a step's carry, so no program input can stand in
+    for a placeholder. Printed (``str``, f-strings) it reads as its text."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Name and str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(("scan placeholder", str(self)))
+
+    def __repr__(self) -> str:  # (a node's payload hash reads the repr: apart from a user's array)
+        return f"placeholder({str.__repr__(self)})"
+
+
 class Expr:
     """A node of the expression DAG; build it with operators and ``sg.*`` functions.
 

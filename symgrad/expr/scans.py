@@ -27,7 +27,7 @@ import numpy as np
 from symgrad import pytree
 from symgrad.expr import batching, functions, ndarrays, ops, rolled
 from symgrad.expr.build import apply, const
-from symgrad.expr.node import Expr, TracingError, intern
+from symgrad.expr.node import Expr, Name, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
 
 _raw = itertools.count()  # placeholders while a step is built (renamed when it is closed)
@@ -59,27 +59,6 @@ class Step:
     def __str__(self) -> str:
         text = str(self.body)
         return f"{self.carry} -> {text if len(text) <= 200 else text[:197] + '...'}"
-
-
-class Name(str):
-    """A placeholder's name. It equals only another placeholder's name (and hashes and prints its
-    repr apart), never the plain ``str`` of an ``sg.array`` or of an array in a document: a user's
-    array called ``scan#c`` is another node than a step's carry, so no program input can stand in
-    for a placeholder. Printed (``str``, f-strings) it reads as its text."""
-
-    __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Name and str.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    def __hash__(self) -> int:
-        return hash(("scan placeholder", str(self)))
-
-    def __repr__(self) -> str:  # (a node's payload hash reads the repr: apart from a user's array)
-        return f"placeholder({str.__repr__(self)})"
 
 
 def reserved(name: str, shape: tuple) -> Expr:
