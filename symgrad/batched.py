@@ -2,7 +2,7 @@
 
 ``vmap(fn)`` is a compiled function (``sg.jit``) of the batch. Traced on rolled arrays (large
 batches) fn sees one example, placeholders shaped like a row, and the batch is one more index
-in the rolled expressions (:mod:`symgrad.expr.batching`): one trace, a loop over the rows in the
+in the rolled expressions (``symgrad.expr.batching``): one trace, a loop over the rows in the
 compiled code, matrix-vector work per example turned into matrix products. Traced element by
 element (small arrays), fn is called once per row and the results stacked.
 

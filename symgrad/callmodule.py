@@ -34,3 +34,7 @@ def make_callable(name: str, function: Callable) -> None:
     module.__class__ = CallableModule
     module._symgrad_function = function
     module.__signature__ = inspect.signature(function)
+    # help(sg.compile) shows the function first: its signature and docstring, then the module's
+    doc = inspect.cleandoc(function.__doc__ or "")
+    head = f"{name.rpartition('.')[2]}{module.__signature__}"
+    module.__doc__ = f"{head}\n\n{doc}\n\n(The module {name}: {module.__doc__})"

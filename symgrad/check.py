@@ -27,12 +27,12 @@ _STENCIL = np.array([1.0, -1.0, 2.0, -2.0])  # steps, in units of h, after the c
 
 
 class GradientCheckError(AssertionError):
-    """Raised by :meth:`GradCheckReport.raise_if_failed` when gradients disagree."""
+    """Raised by ``GradCheckReport.raise_if_failed`` when gradients disagree."""
 
 
 @dataclass
 class GradCheckReport:
-    """The outcome of :func:`check_grad`, one entry per variable.
+    """The outcome of ``check_grad``, one entry per variable.
 
     ``status`` is "ok", "FAIL", "kink" (not differentiable at the point) or
     "nonfinite" (the function or its gradient is not finite there).
@@ -54,7 +54,7 @@ class GradCheckReport:
         return self.ok
 
     def raise_if_failed(self) -> GradCheckReport:
-        """Raise :class:`GradientCheckError` listing the variables whose gradients disagree."""
+        """Raise ``GradientCheckError`` listing the variables whose gradients disagree."""
         if not self.ok:
             raise GradientCheckError(f"gradient check failed:\n{self}")
         return self

@@ -105,7 +105,7 @@ class Program:
         return [rng.normal(size=s) for s in self.shapes]
 
     def snippet(self, probe: str = "vm") -> str:
-        """A script that rebuilds the inputs and prints what ``probe`` compares (see :class:`Disagreement`).
+        """A script that rebuilds the inputs and prints what ``probe`` compares (see ``Disagreement``).
 
         >>> p = Program("def f(x):\\n    return np.sum(x)\\n", ((64,),), (0,))
         >>> print(p.snippet("vm"))  # doctest: +ELLIPSIS

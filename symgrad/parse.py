@@ -96,7 +96,7 @@ def parse(text: str) -> Expr:
     """Turn a formula string into an expression; unknown names become variables.
 
     Functions are symgrad's (``sin``, ``exp``, ``where``, ...); ``pi``, ``e``, ``inf`` and
-    ``nan`` are constants; ``^`` is not power (write ``**``). Errors are :class:`ParseError`
+    ``nan`` are constants; ``^`` is not power (write ``**``). Errors are ``ParseError``
     naming the column.
 
     >>> import symgrad as sg

@@ -1,5 +1,5 @@
 """Pytrees, as in JAX: tuples, lists, dicts (keys sorted), namedtuples, None and registered classes
-(:func:`register_pytree_node`, :func:`register_dataclass`) hold leaves. JAX's ``jax.tree_util`` and
+(``register_pytree_node``, ``register_dataclass``) hold leaves. JAX's ``jax.tree_util`` and
 ``jax.tree`` functions have their names here too (``sg.tree_util.tree_map``, ``sg.tree.map``).
 
 The traced API flattens each argument into leaves (numbers and arrays), traces those,
@@ -140,7 +140,7 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[li
 
 
 def unflatten(treedef: Any, leaves: list) -> Any:
-    """Rebuild a tree of ``treedef``'s structure from ``leaves`` (in :func:`flatten`'s order).
+    """Rebuild a tree of ``treedef``'s structure from ``leaves`` (in ``flatten``'s order).
 
     >>> unflatten(flatten([1.0, (2.0, 3.0)])[1], ["a", "b", "c"])
     ['a', ('b', 'c')]
@@ -239,7 +239,7 @@ def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list
 
 
 def tree_structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
-    """The structure of ``tree`` (what :func:`unflatten` takes).
+    """The structure of ``tree`` (what ``unflatten`` takes).
 
     >>> tree_structure([1.0, 2.0]) == tree_structure([5.0, 6.0])
     True

@@ -1,9 +1,9 @@
 """Function-level API: trace a Python function with symbolic arguments, differentiate, compile.
 
 ``sg.jit``, ``sg.grad``, ``sg.value_and_grad``, ``sg.jacobian``, ``sg.hessian`` and
-``sg.hvp`` return a :class:`Function`; ``sg.jvp`` and ``sg.vjp`` apply at once. The first
+``sg.hvp`` return a ``Function``; ``sg.jvp`` and ``sg.vjp`` apply at once. The first
 call with given argument shapes calls ``fn`` once on symbolic arguments (an expression for
-each float, a :class:`~symgrad.expr.functions.SymArray` of variables for each array, leaf by
+each float, a ``SymArray`` of variables for each array, leaf by
 leaf through tuples, lists and dicts: JAX's pytrees), differentiates what ``fn`` returns
 and compiles the result; later calls with those shapes go straight to the compiled kernel.
 
@@ -14,7 +14,7 @@ parameters, so new values need no recompile. Arguments named in ``static_argnums
 ``static_argnames`` are passed to ``fn`` as they are and a new value traces again.
 
 Transforms compose as in JAX. Called with symbolic arguments (inside another transform's
-trace), a :class:`Function` traces ``fn`` on fresh variables, differentiates, and puts the
+trace), a ``Function`` traces ``fn`` on fresh variables, differentiates, and puts the
 caller's expressions in place of those variables: ``sg.grad(sg.grad(f))`` is the second
 derivative, and a closure over the outer function's variables is differentiated correctly.
 
@@ -524,7 +524,7 @@ def _blocks(shapes: list[tuple], dtypes: list[Any]) -> list[tuple[tuple, Any]]:
 
 
 class Trace:
-    """One traced signature of a :class:`Function`: its symbolic inputs, formulas and kernel."""
+    """One traced signature of a ``Function``: its symbolic inputs, formulas and kernel."""
 
     def __init__(self, owner: Function, args: tuple, kwargs: dict, fresh: bool = False,
                  indexed: bool = False) -> None:
@@ -940,7 +940,7 @@ class Function:
     Made by ``sg.jit``, ``sg.grad``, ``sg.value_and_grad``, ``sg.jacobian``, ``sg.hessian``
     and ``sg.hvp``. After a call, ``.exprs`` is what ``fn`` returned on symbolic arguments,
     ``.formulas()`` prints it with its derivatives, ``.source`` is the generated code;
-    ``.trace(*args)`` gives the :class:`Trace` for other argument shapes. Called with
+    ``.trace(*args)`` gives the ``Trace`` for other argument shapes. Called with
     symbolic arguments (inside another transform), it returns expressions.
 
     >>> import math, numpy as np, symgrad as sg
@@ -1070,7 +1070,7 @@ class Function:
         return _auto_static(value, self._ints_static)
 
     def trace(self, *args: Any, **kwargs: Any) -> Trace:
-        """The :class:`Trace` for these arguments' shapes (traced and compiled on first use)."""
+        """The ``Trace`` for these arguments' shapes (traced and compiled on first use)."""
         args, kwargs, _ = self._split_extra(args, kwargs)
         return self._trace(self._key(args, kwargs), args, kwargs)
 
@@ -1266,7 +1266,7 @@ class Function:
 
     @property
     def compiled(self) -> compiled.Compiled:
-        """The :class:`~symgrad.Compiled` behind the latest trace."""
+        """The ``Compiled`` behind the latest trace."""
         return self._latest().compiled
 
     def formulas(self) -> str:
@@ -1404,7 +1404,7 @@ def value_and_grad(f: Any, wrt: Any = None, params: Any = (), backend: str = "au
     """A compiled function returning ``(value, gradient)``: of a Python function, or of an expression.
 
     For an expression, ``wrt`` are the variables (the vector ``x``) and ``params`` further
-    variables passed as ``p``: see :func:`symgrad.compile.function.value_and_grad`. With
+    variables passed as ``p``: see ``symgrad.compile.function.value_and_grad``. With
     ``has_aux=True`` the result is ``((value, aux), gradient)``, as in JAX.
 
     >>> import numpy as np, symgrad as sg
@@ -1437,7 +1437,7 @@ def jacobian(f: Any, wrt: Any = None, *, sparse: bool = False, argnums: Any = No
 
 
 def jacfwd(fun: Callable, argnums: Any = 0, **options: Any) -> Function:
-    """JAX's ``jacfwd``: the :func:`jacobian` of a Python function, a block ``output.shape +
+    """JAX's ``jacfwd``: the ``jacobian`` of a Python function, a block ``output.shape +
     argument.shape`` per output leaf and differentiated argument. Derivatives are formulas here:
     forward and reverse mode give the same ones, and the same numbers.
 
@@ -1450,7 +1450,7 @@ def jacfwd(fun: Callable, argnums: Any = 0, **options: Any) -> Function:
 
 
 def jacrev(fun: Callable, argnums: Any = 0, **options: Any) -> Function:
-    """JAX's ``jacrev``: the :func:`jacobian` of a Python function (as :func:`jacfwd`).
+    """JAX's ``jacrev``: the ``jacobian`` of a Python function (as ``jacfwd``).
 
     >>> import numpy as np, symgrad as sg
     >>> sg.jacrev(lambda x, y: x * y, argnums=(0, 1))(np.array([1.0, 2.0]), 3.0)

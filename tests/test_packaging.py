@@ -2,6 +2,7 @@
 
 import ast
 import importlib.resources
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,17 @@ def test_the_numeric_layer_imports_form_a_tree():
     graph = _imports("compile")
     assert _cycles(graph) == set()
     assert not {d for d in graph["compile.kernels"] if d.startswith("compile")}
+
+
+def test_docstrings_read_as_written_in_help_and_the_api_pages():
+    """No Sphinx roles (mkdocstrings and help() print them raw), the sg.* op functions show their
+    arguments, help(sg.compile) starts with the function."""
+    import re
+
+    roles = [f"{p}: {m.group(0)}" for p in Path(sg.__file__).parent.rglob("*.py")
+             for m in re.finditer(r":(func|class|meth|mod|attr):`", p.read_text())]
+    assert not roles, roles
+    assert str(inspect.signature(sg.where)) == "(c: Any, x: Any, y: Any, /) -> Any"
+    assert list(inspect.signature(sg.atan2).parameters) == ["x", "y"]
+    assert sg.compile.__doc__.startswith("compile(outputs") and "Compile expressions" in sg.compile.__doc__
+    assert sg.parse.__doc__.startswith("parse(text")

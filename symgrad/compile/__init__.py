@@ -1,7 +1,7 @@
 """The numeric layer: expression DAGs lowered to Programs and compiled kernels.
 
 Calling the package, ``symgrad.compile(outputs, inputs)``, calls
-:func:`symgrad.compile.function.compile` (see ``symgrad/callmodule.py``).
+``symgrad.compile.function.compile`` (see ``symgrad/callmodule.py``).
 """
 
 from symgrad.callmodule import make_callable

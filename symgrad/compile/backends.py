@@ -1,4 +1,4 @@
-"""The backends of straight-line Programs: each turns one into :class:`Kernels` (kernels.py, the
+"""The backends of straight-line Programs: each turns one into ``Kernels`` (kernels.py, the
 interface), registered by name: numba (generated code), vm (one pre-compiled interpreter), python
 (the reference interpreter).
 """

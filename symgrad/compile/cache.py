@@ -14,7 +14,7 @@ is an optimisation, never a requirement. The disk cache is kept under
 
 Machine code Numba has compiled is never freed (LLVM's MCJIT keeps it until the process
 exits, numba/numba#5976), so at most ``$SYMGRAD_MAX_PROGRAMS`` programs are compiled with
-Numba in one process; :func:`has_room` tells the caller when to use the VM instead.
+Numba in one process; ``has_room`` tells the caller when to use the VM instead.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ class _DiskCache(FunctionCache):
 
 
 def on_disk(module: ModuleType, name: str) -> bool:
-    """Whether kernel ``name`` of ``module`` (from :func:`load`) has machine code in the disk cache:
+    """Whether kernel ``name`` of ``module`` (from ``load``) has machine code in the disk cache:
     compiling it is then a quick load.
 
     >>> mod = load("doc_on_disk", "import numba\\n\\n@numba.njit\\ndef f(x):\\n    return x\\n")

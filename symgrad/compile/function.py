@@ -52,7 +52,7 @@ _SCALAR, _VALUE_GRAD, _ARRAY = range(3)
 class Compiled:
     """A compiled function of a float64 vector ``x`` (and parameters ``p``).
 
-    Made by :func:`compile` and :func:`value_and_grad`. Call it with one point, use
+    Made by ``compile`` and ``value_and_grad``. Call it with one point, use
     ``.batch`` for many points and ``.sum`` for a sum over data rows. ``.program`` is the
     lowered instruction list, ``.source`` the generated code, ``.backend`` what runs it.
 

@@ -5,7 +5,7 @@ other module of symgrad.compile.
 Every backend gives the same three kernels: ``point(x, p, out) -> value``,
 ``batch(X, P, V, OUT, lo, hi)`` (rows ``lo:hi``) and ``total(x, P, acc, lo, hi)`` (the sum over
 rows ``lo:hi`` of ``P``), plus the source it runs. ``Compiled`` calls them and never asks which
-backend made them, so a new backend (LLVM) is one :func:`register` call, not a branch.
+backend made them, so a new backend (LLVM) is one ``register`` call, not a branch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rolled expressions -> Numba loops, and the :class:`LoopProgram` that ``Compiled`` runs them through.
+"""Rolled expressions -> Numba loops, and the ``LoopProgram`` that ``Compiled`` runs them through.
 
 One fused loop nest per materialised array (a ``tensor`` or ``scatter``) and for the scalar
 outputs; a reduction is an inner loop with an accumulator. Each value is computed in the

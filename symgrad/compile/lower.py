@@ -85,11 +85,11 @@ def _emit_power(em: _Emitter, base: int, k: int, one: int | None) -> int:
 
 
 def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | None = None) -> Any:
-    """Lower expressions to a :class:`Program` reading ``x`` (``inputs``) and ``p`` (``params``).
+    """Lower expressions to a ``Program`` reading ``x`` (``inputs``) and ``p`` (``params``).
 
     ``returns_value`` (default: a single output) makes the first output the returned float.
     Rolled expressions (sums, arrays) are not flattened: they give a
-    :class:`~symgrad.compile.loops.LoopProgram`, compiled to loops.
+    ``LoopProgram``, compiled to loops.
 
     >>> import symgrad as sg
     >>> x = sg.Var("x")

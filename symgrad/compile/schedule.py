@@ -93,7 +93,7 @@ def _reads(step: Step) -> set:
 
 
 def verify(s: Schedule) -> None:
-    """Raise :class:`ScheduleError` unless every array is computed once, before anything reads it; no
+    """Raise ``ScheduleError`` unless every array is computed once, before anything reads it; no
     buffer is written while the array it holds is still to be read; every buffer scatters add into
     is zeroed (or filled) once before the first adds; every output is complete at the end; and every
     address a step reads or writes is inside its array (OverflowError past 2**53). A scan's step's

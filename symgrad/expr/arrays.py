@@ -1,6 +1,6 @@
 """NumPy on symbolic values: ufuncs and array functions map onto the op table.
 
-Tracing hands a Python function :class:`SymArray` arguments (object arrays of
+Tracing hands a Python function ``SymArray`` arguments (object arrays of
 expressions), and single expressions for float arguments. NumPy asks both what its
 functions mean through ``__array_ufunc__`` / ``__array_function__``, and this module
 answers from one table: ufuncs that are ops (``np.sin``, ``np.maximum``, ``np.less``, ...)
@@ -8,7 +8,7 @@ or short compositions of ops (``np.square``, ``np.log10``, ``np.logaddexp``, ...
 elementwise; array functions that only index, add and multiply (``np.sum``, ``x @ W``,
 ``np.concatenate``, ``np.linalg.norm``, ...) run NumPy's own code on the object array;
 ``np.where`` and ``np.clip`` become ``sg.where`` / ``sg.maximum``; whatever needs a
-concrete value raises :class:`TracingError` naming the NumPy function.
+concrete value raises ``TracingError`` naming the NumPy function.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Constructors: argument checks, constant folding, local rewrites, canonical order.
 
-Every node is made by :func:`apply`.  The rewrites are a table (``RULES``): each
+Every node is made by ``apply``.  The rewrites are a table (``RULES``): each
 rule looks at one node's arguments and may return a simpler equal node.  They
 are local and exact, except the documented identities x*0 = 0, x-x = 0, 0/x = 0
 (as in SymPy and CasADi) and c1*(c2*x) = (c1*c2)*x (which may round differently

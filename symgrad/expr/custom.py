@@ -1,8 +1,8 @@
 """Nodes whose derivatives a rule gives (``sg.custom_jvp`` / ``sg.custom_vjp``), not their graph.
 
 A call of such a function is one node per scalar of its result, ``custom(value, x1, ..., xn)``:
-``value`` the function's own graph (what every backend computes: :func:`plain` replaces the node by
-it before lowering), ``x1 .. xn`` the scalars it was called with. Its payload, a :class:`Rule`,
+``value`` the function's own graph (what every backend computes: ``plain`` replaces the node by
+it before lowering), ``x1 .. xn`` the scalars it was called with. Its payload, a ``Rule``,
 holds ``d node / d xj`` as graphs of placeholders ``p1 .. pn`` (the rule traced once, on them),
 read at the arguments when a derivative needs them. Reverse and forward mode use them as they use
 an op's partials, so derivatives of derivatives differentiate the rule (JAX's semantics); the

@@ -2,12 +2,13 @@
 
 ``sg.sin(x)`` of an expression builds a node, of a number or float array returns NumPy's
 value, and of an array holding expressions applies elementwise and returns a
-:class:`SymArray`. One function per op-table row (``FUNCS``); ``UFUNCS`` maps NumPy's ufuncs
+``SymArray``. One function per op-table row (``FUNCS``); ``UFUNCS`` maps NumPy's ufuncs
 onto them.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from numbers import Real
 from typing import Any
@@ -49,7 +50,7 @@ class SymArray(np.ndarray):
 
 
 def wrap(result: Any) -> Any:
-    """An object array as a :class:`SymArray` (a 0-d one as its element); anything else as is."""
+    """An object array as a ``SymArray`` (a 0-d one as its element); anything else as is."""
     if isinstance(result, np.ndarray) and result.dtype == object:
         return result[()] if result.ndim == 0 else result.view(SymArray)
     return result
@@ -98,6 +99,9 @@ def _lift(op: Op) -> Callable:
     template = op.template or call_template(op.name + "(", op.arity, ")")
     example = "".join(p if isinstance(p, str) else names[p[0]] for p in template)
     fn.__name__ = fn.__qualname__ = op.name
+    fn.__signature__ = inspect.Signature(  # (fn takes *args: help() and editors show the op's arguments)
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY, annotation=Any) for n in names],
+        return_annotation=Any)
     fn.__doc__ = (f"{op.doc or 'Elementwise ' + op.name}: of an expression, a number or an array "
                   f"(elementwise).\n\n    >>> import symgrad as sg\n    >>> c, x, y = sg.symbols('c x y')"
                   f"\n    >>> sg.{op.name}({', '.join(names)})\n    {example}\n")

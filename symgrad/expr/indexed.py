@@ -3,7 +3,7 @@
 
 A formula written once at index ``i`` stands for every ``i``: its size (and the time to
 differentiate and compile it) does not depend on the arrays' sizes. The nodes and their
-checks live in :mod:`symgrad.expr.rolled`; this module is the API over them.
+checks live in ``symgrad.expr.rolled``; this module is the API over them.
 """
 
 from __future__ import annotations

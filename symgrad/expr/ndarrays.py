@@ -7,7 +7,7 @@ symbols, whatever the size (issue 12: tracing array code without unrolling it). 
 cheap arithmetic read by another is inlined (its body at the reader's indices), so elementwise
 chains fuse into one loop; tensors holding reductions or transcendental functions are read,
 not recomputed. A construct with no
-rolled form raises :class:`TracingError` naming it (tracing then falls back to object arrays).
+rolled form raises ``TracingError`` naming it (tracing then falls back to object arrays).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def observing() -> Iterator[list]:
 
 
 def observe(a: Any) -> None:
-    """Note a NumPy array met while tracing (see :func:`observing`); anything else is ignored."""
+    """Note a NumPy array met while tracing (see ``observing``); anything else is ignored."""
     seen = _captured.seen
     if seen is not None and type(a) is np.ndarray and a.dtype.kind in "biuf" and id(a) not in seen:
         seen[id(a)] = (a, None)

@@ -5,7 +5,7 @@ has the same few nodes for n = 10 and n = 10**6. Array nodes (``array`` inputs, 
 results, constant integer ``table``s) are Exprs like any other; subscripting one with index
 expressions gives a scalar ``load``; ``reduce`` and ``tensor`` bind index symbols. Every access
 is checked when it is built: the range of each index expression (affine, periodic ``% n``,
-or through a table) must lie inside the array. :func:`unroll` gives the same function as an
+or through a table) must lie inside the array. ``unroll`` gives the same function as an
 ordinary scalar graph (the oracle).
 """
 

@@ -2,7 +2,7 @@
 
 Constants are written as ``float.hex`` strings, so every value (-0.0, nan, inf, the
 last bit) comes back exactly. Loading checks everything it reads and raises
-:class:`FormatError` naming the node at fault; a file from a newer format version is
+``FormatError`` naming the node at fault; a file from a newer format version is
 refused with the version numbers, not misread.
 """
 
@@ -99,9 +99,9 @@ def _scan(k: int, payload: Any, arguments: tuple) -> Expr:
 
 
 def loads(text: str | bytes) -> Any:
-    """Load what :func:`dumps` saved: the same expressions (the same nodes, by hash-consing).
+    """Load what ``dumps`` saved: the same expressions (the same nodes, by hash-consing).
 
-    Any other input raises :class:`FormatError` naming what is wrong. Nodes are built as
+    Any other input raises ``FormatError`` naming what is wrong. Nodes are built as
     they are read (memory stays near the size of the graph itself), and no count or shape
     in the document makes the loader allocate more than the document's size implies.
 
@@ -114,7 +114,7 @@ def loads(text: str | bytes) -> Any:
 
 
 def _load(text: Any, step: bool = False) -> Any:
-    """:func:`loads`; ``step``: the document of a scan's step, whose arrays are its placeholders."""
+    """``loads``; ``step``: the document of a scan's step, whose arrays are its placeholders."""
     try:
         if isinstance(text, bytes | bytearray):
             text = bytes(text).decode("utf-8")

@@ -155,7 +155,7 @@ def to_flat(exprs: Any) -> tuple[list[tuple], list[int]]:
 
 @paused_gc()
 def from_flat(nodes: list[tuple], outputs: list[int]) -> list[Expr]:
-    """Rebuild expressions from :func:`to_flat`'s form.
+    """Rebuild expressions from ``to_flat``'s form.
 
     >>> import symgrad as sg
     >>> x = sg.Var("x")
