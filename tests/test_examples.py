@@ -66,3 +66,16 @@ def test_mechanics():
 def test_gradcheck():
     out = run("gradcheck")
     assert "wrong components: ['y']" in out and "result    FAILED" in out and "GradientCheckError" in out
+
+
+def test_the_tutorial_runs_top_to_bottom_as_written():
+    """Its code blocks, in order, in one namespace (as a reader pastes them), and what they promise."""
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "tutorial.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 6
+    namespace: dict = {}
+    for k, block in enumerate(blocks):
+        exec(compile(block, f"tutorial.md, block {k}", "exec"), namespace)  # noqa: S102
+    assert namespace["gW"].shape == (3, 4) and namespace["gb"].shape == (3,)
+    assert namespace["fit"].x == pytest.approx([2.0, 1.3], rel=1e-6)
+    assert namespace["report"].ok
