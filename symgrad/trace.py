@@ -535,6 +535,7 @@ class Trace:
         names = owner._names(len(args))
         self.arguments: dict[str, Any] = {}
         self.slots: dict[Any, _Slot] = {}
+        self.floats: list[np.dtype] = []  # the float dtypes of the array arguments (results follow them)
         self.statics: list = []  # static arguments' values (a callable or an object may capture values too)
         sym_args = [self._argument(names[i], i, a, tag, len(args)) for i, a in enumerate(args)]
         sym_kwargs = {k: self._argument(k, k, v, tag, len(args)) for k, v in kwargs.items()}
@@ -615,6 +616,8 @@ class Trace:
             syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape, self.indexed))
             if isinstance(syms[-1], Expr) and ndarrays.holds_integers(leaf):
                 integer.append(syms[-1])
+            if isinstance(leaf, np.ndarray | np.floating) and leaf.dtype.kind == "f":  # (Python floats: weak)
+                self.floats.append(leaf.dtype)
         self.slots[key] = _Slot(treedef, shapes, dtypes, syms, integer)
         sym = pytree.unflatten(treedef, syms)
         self.arguments[name] = sym
@@ -845,8 +848,15 @@ class _Outputs:
     sparse: bool
 
 
+def _result_dtype(t: Trace) -> Any:
+    """The dtype of fn's results: NumPy's promotion of the float arrays it was given (float32 arrays
+    alone: float32, as JAX's); None for float64."""
+    dtype = np.result_type(*t.floats) if t.floats else None
+    return None if dtype is None or dtype == _F64 else dtype
+
+
 def _jit(t: Trace, c: _Outputs) -> tuple:
-    return c.outs, None, [(s, None) for s in c.shapes], c.Out
+    return c.outs, None, [(s, _result_dtype(t)) for s in c.shapes], c.Out
 
 
 def _grad(t: Trace, c: _Outputs) -> tuple:
@@ -858,7 +868,7 @@ def _value_and_grad(t: Trace, c: _Outputs) -> tuple:
     g = symbolic.grad(c.outs[0], t.inputs)
     n = 1 + len(c.wrt_blocks)
     value_aux = lambda p: ((p[0], t._aux(p[n:])) if t.owner.has_aux else p[0], c.W(p[1:n]))  # noqa: E731
-    return [c.outs[0], *g, *c.aux], g, [((), None), *c.wrt_blocks, *c.aux_blocks], value_aux
+    return [c.outs[0], *g, *c.aux], g, [((), _result_dtype(t)), *c.wrt_blocks, *c.aux_blocks], value_aux
 
 
 def _hvp(t: Trace, c: _Outputs) -> tuple:

@@ -234,3 +234,17 @@ def test_huge_integer_arguments():
     assert g(10**20, 2.0) == 2.0
     with pytest.raises(ValueError, match="too large for a float64"):
         g(10**400, 2.0)
+
+
+@pytest.mark.parametrize("n", [3, 100])  # element by element, rolled
+def test_results_follow_the_float_dtype_of_the_array_arguments(n):
+    """float32 arrays give float32 results, as JAX's (computed in float64, then rounded); a float64
+    array or none (Python floats are weak, as in JAX) gives float64."""
+    x32 = np.linspace(0.0, 1.0, n, dtype=np.float32)
+    out = sg.jit(lambda x, s: np.sin(x) * s)(x32, 2.0)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, (np.sin(x32.astype(float)) * 2.0).astype(np.float32), rtol=1e-7)
+    value, grad = sg.value_and_grad(lambda x: np.sum(x ** 2))(x32)
+    assert type(value) is np.float32 and grad.dtype == np.float32
+    assert sg.jit(lambda x, y: x * y)(x32, np.ones(n)).dtype == np.float64
+    assert sg.jit(lambda x: x * 2.0)(np.arange(n)).dtype == np.float64
