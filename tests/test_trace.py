@@ -248,3 +248,11 @@ def test_results_follow_the_float_dtype_of_the_array_arguments(n):
     assert type(value) is np.float32 and grad.dtype == np.float32
     assert sg.jit(lambda x, y: x * y)(x32, np.ones(n)).dtype == np.float64
     assert sg.jit(lambda x: x * 2.0)(np.arange(n)).dtype == np.float64
+
+
+@pytest.mark.parametrize("n", [5, 100])  # element by element, rolled
+def test_a_traced_boolean_mask_is_refused_with_the_way_around(n):
+    a = np.linspace(0.0, 2.0, n)
+    with pytest.raises(sg.TracingError, match=r"traced boolean mask.*np.where\(mask, a, 0.0\)"):
+        sg.grad(lambda a: np.sum(a[a > 1]))(a)
+    np.testing.assert_array_equal(sg.grad(lambda a: np.sum(np.where(a > 1, a, 0.0)))(a), (a > 1) * 1.0)

@@ -48,6 +48,24 @@ class SymArray(np.ndarray):
         """Zeros: traced values are real."""
         return wrap(np.zeros(self.shape, dtype=object) + 0.0)
 
+    def __getitem__(self, key: Any) -> Any:
+        for k in key if isinstance(key, tuple) else (key,):
+            if isinstance(k, np.ndarray) and k.dtype == object:  # (NumPy's own error names no cause)
+                raise TracingError(MASK_MESSAGE if _conditions(k) else "an array of traced values as an index: "
+                                   "an index array must be made of integers known while tracing (or an argument "
+                                   "of an integer dtype, traced rolled)")
+        return super().__getitem__(key)
+
+
+MASK_MESSAGE = ("a[mask] with a traced boolean mask: how many entries it keeps depends on the values, unknown "
+                "while tracing (JAX refuses it too); write np.where(mask, a, 0.0) (np.sum(np.where(a > 1, a, "
+                "0.0)) for np.sum(a[a > 1]))")
+_CONDITIONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _conditions(k: np.ndarray) -> bool:
+    return any(isinstance(e, Expr) and e.op.name in _CONDITIONS for e in k.ravel())
+
 
 def wrap(result: Any) -> Any:
     """An object array as a ``SymArray`` (a 0-d one as its element); anything else as is."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ops, rolled
+from symgrad.expr import functions, ops, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, TracingError
 
@@ -717,6 +717,8 @@ def _read(indices: Expr, J: tuple, n: int) -> Expr:
     """The address a traced integer array gives at ``J`` (broadcast: its trailing axes), on an axis of
     size ``n``: its value there, checked where it runs."""
     if indices not in _captured.integers:
+        if indices.op.name == "tensor" and indices.args[0].op.name in functions._CONDITIONS:
+            raise TracingError(functions.MASK_MESSAGE)
         raise IndexError("arrays used as indices must be of integer type: a traced index array must be an "
                          "argument of an integer dtype itself (not a float array, nor one computed from traced "
                          "values)")
