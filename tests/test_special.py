@@ -60,3 +60,15 @@ def test_the_gradient_of_logsumexp_is_the_softmax_even_at_ties():
     np.testing.assert_allclose(sg.grad(sg.logsumexp)(x), ss.softmax(x), rtol=1e-14)
     np.testing.assert_allclose(sg.grad(lambda v: sg.log_softmax(v)[3])(x), np.eye(80)[3] - ss.softmax(x),
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [5, 100])  # element by element, rolled
+@pytest.mark.parametrize("name", ["expit", "log_expit", "logit", "erf", "erfc", "ndtr", "entr", "xlogy", "xlog1py"])
+def test_scipy_special_ufuncs_on_traced_arrays(name, n):
+    f = getattr(ss, name)
+    x = np.linspace(0.05, 0.95, n)
+    fn = (lambda v: np.sum(f(v, v + 1.0))) if f.nin == 2 else (lambda v: np.sum(f(v)))
+    assert sg.jit(fn)(x) == pytest.approx(fn(x), rel=1e-13)
+    h = 1e-6
+    np.testing.assert_allclose(sg.grad(fn)(x), [(fn(x + h * e) - fn(x - h * e)) / (2 * h) for e in np.eye(n)],
+                               rtol=1e-6, atol=1e-8)

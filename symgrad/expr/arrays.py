@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,29 @@ _DERIVED: dict[Any, Callable] = {
 }
 _DERIVED[np.degrees], _DERIVED[np.radians] = _DERIVED[np.rad2deg], _DERIVED[np.deg2rad]
 ELEMENTWISE: dict[Any, Callable] = {**UFUNCS, **_DERIVED}
+# scipy.special's ufuncs, by name (SciPy is not imported for them: one met is SciPy's, already loaded).
+_SCIPY: dict[str, Callable] = {
+    "expit": _F["sigmoid"],
+    "log_expit": lambda a: -_F["softplus"](-a),
+    "logit": lambda a: _F["log"](a) - _F["log1p"](-a),
+    "erf": _F["erf"],
+    "erfc": lambda a: 1.0 - _F["erf"](a),
+    "ndtr": lambda a: 0.5 + 0.5 * _F["erf"](a * (1.0 / math.sqrt(2.0))),
+    "xlogy": lambda x, y: _F["where"](x == 0.0, 0.0, x * _F["log"](y)),
+    "xlog1py": lambda x, y: _F["where"](x == 0.0, 0.0, x * _F["log1p"](y)),
+    "entr": lambda a: _F["where"](a > 0.0, -a * _F["log"](a), _F["where"](a == 0.0, 0.0, -_INF)),
+    "softplus": _F["softplus"],
+}
+
+
+def known(ufunc: Any) -> None:
+    """Add ``ufunc`` to ELEMENTWISE where it is one of scipy.special's that symgrad writes with its ops."""
+    if ufunc in ELEMENTWISE:
+        return
+    special = sys.modules.get("scipy.special")
+    name = getattr(ufunc, "__name__", "")
+    if special is not None and name in _SCIPY and getattr(special, name, None) is ufunc:
+        ELEMENTWISE[ufunc] = _SCIPY[name]
 # Reductions NumPy's own object loops do with Python operators (and an identity for empty input).
 _NATIVE = {np.add, np.multiply, np.matmul}
 # Array functions that choose by comparing values: nothing to trace.
@@ -99,6 +123,7 @@ def _observe(values: Any) -> None:
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     """``ufunc.method(*inputs, **kwargs)`` with symbolic inputs (NumPy's ``__array_ufunc__``)."""
     name = f"np.{ufunc.__name__}"
+    known(ufunc)
     _observe(inputs)
     out = kwargs.pop("out", None)
     outs = out if isinstance(out, tuple) else (out,) if out is not None else ()

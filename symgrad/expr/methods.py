@@ -130,6 +130,7 @@ def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any
     if _has_array(inputs) and _has_objects(inputs):  # beside an element trace's arrays: element by element
         inputs = _as_elements(inputs)
     if _has_array(inputs):  # a rolled array: NumPy's meaning, as indexed expressions
+        arrays.known(ufunc)
         return ndarrays.array_ufunc(ufunc, method, inputs, kwargs, arrays.ELEMENTWISE)
     return arrays.array_ufunc(ufunc, method, inputs, kwargs)
 
