@@ -63,7 +63,8 @@ def test_the_gradient_of_logsumexp_is_the_softmax_even_at_ties():
 
 
 @pytest.mark.parametrize("n", [5, 100])  # element by element, rolled
-@pytest.mark.parametrize("name", ["expit", "log_expit", "logit", "erf", "erfc", "ndtr", "entr", "xlogy", "xlog1py"])
+@pytest.mark.parametrize("name", ["expit", "log_expit", "logit", "erf", "erfc", "ndtr", "entr", "xlogy",
+                                  "xlog1py"])
 def test_scipy_special_ufuncs_on_traced_arrays(name, n):
     f = getattr(ss, name)
     x = np.linspace(0.05, 0.95, n)
