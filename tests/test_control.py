@@ -102,3 +102,28 @@ def test_the_lax_namespace():
     np.testing.assert_allclose(sg.grad(lambda X: np.sum(lax.map(np.sin, X)))(X), np.cos(X), rtol=1e-15)
     np.testing.assert_allclose(lax.select(X > 2, X, -X), np.where(X > 2, X, -X))
     assert lax.scan is sg.scan and lax.while_loop is sg.while_loop and lax.stop_gradient is sg.stop_gradient
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "numba"])
+def test_a_loop_counter_indexes_and_updates_arrays_in_one_scan(backend):
+    """fori_loop's counter (a row of integers) and integer arithmetic on it ((i + 1) % n) gather and
+    update rolled arrays: one scan node, not a Python loop of n steps."""
+    n = 80
+    x = np.random.default_rng(2).normal(size=n) * 0.1
+
+    def h(x):
+        return np.sum(sg.fori_loop(0, n, lambda i, y: y.at[i].set(y[i] * y[i] + y[(i + 1) % n]), x))
+
+    def reference(x):
+        y = x.copy()
+        for i in range(n):
+            y[i] = y[i] * y[i] + y[(i + 1) % n]
+        return np.sum(y)
+
+    F = sg.value_and_grad(h, backend=backend)
+    value, g = F(x)
+    assert value == pytest.approx(reference(x), rel=1e-13)
+    eps = 1e-6
+    np.testing.assert_allclose(g, [(reference(x + eps * e) - reference(x - eps * e)) / (2 * eps)
+                                   for e in np.eye(n)], atol=1e-8)
+    assert F._latest().indexed and sg.count_nodes(list(F._latest().flat)) < 100

@@ -138,6 +138,37 @@ def integers(nodes: Any) -> Iterator[None]:
         _captured.integers = outer
 
 
+_INTEGER_OPS = frozenset({"add", "sub", "mul", "neg", "mod", "floor_divide", "abs", "minimum", "maximum"})
+
+
+def integral(e: Any) -> bool:
+    """Whether the scalar ``e`` is an integer while tracing: one that holds integers (``integers``),
+    or computed from such with + - * % // abs min max and integral constants (``(i + 1) % n`` of a
+    loop's counter ``i``).
+
+    >>> import symgrad as sg
+    >>> i = sg.Var("i")
+    >>> with integers([i]):
+    ...     integral((i + 1) % 5), integral(i / 2)
+    (True, False)
+    """
+    if not isinstance(e, Expr) or e.op.array_valued:
+        return False
+    known, stack, found = _captured.integers, [e], False
+    while stack:
+        n = stack.pop()
+        if n in known:
+            found = True
+        elif n.op.name == "const":
+            if n.payload != int(n.payload):
+                return False
+        elif n.op.name in _INTEGER_OPS:
+            stack.extend(n.args)
+        else:
+            return False
+    return found
+
+
 def holds_integers(value: Any) -> bool:
     """Whether an argument's value is integers that may index: an integer array or number, or a
     traced array or variable that stands for one (inside another trace, or vmap's row of one).
@@ -277,8 +308,7 @@ def getitem(arr: Expr, key: Any) -> Expr:
     ((3,), array([8., 5., 2.]))
     """
     key = key if isinstance(key, tuple) else (key,)
-    if any(isinstance(k, np.ndarray | list) or is_array(k) or isinstance(k, Expr) and k in _captured.integers
-           for k in key):
+    if any(isinstance(k, np.ndarray | list) or is_array(k) or integral(k) for k in key):
         return take(arr, key)
     if any(isinstance(k, Expr) for k in key):
         return rolled.subscript(arr, key)
@@ -716,7 +746,7 @@ def _constant_indices(v: Any, axis: int, n: int) -> np.ndarray:
 def _read(indices: Expr, J: tuple, n: int) -> Expr:
     """The address a traced integer array gives at ``J`` (broadcast: its trailing axes), on an axis of
     size ``n``: its value there, checked where it runs."""
-    if indices not in _captured.integers:
+    if indices not in _captured.integers and not integral(indices):
         if indices.op.name == "tensor" and indices.args[0].op.name in functions._CONDITIONS:
             raise TracingError(functions.MASK_MESSAGE)
         raise IndexError("arrays used as indices must be of integer type: a traced index array must be an "

@@ -289,8 +289,11 @@ def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n
     stacks = [_as_array(v) for v in x_leaves]
     rows = [placeholder(v.shape[1:] or (1,)) for v in stacks]
     carry_tree = pytree.unflatten(tree, [carry] if alone else [_view(carry, a, s) for a, s in zip(cuts, shapes)])
-    x_row = pytree.unflatten(x_tree, [p if s.ndim > 1 else p[0] for p, s in zip(rows, stacks)])
-    new, y = _called(f, carry_tree, x_row)
+    row_leaves = [p if s.ndim > 1 else p[0] for p, s in zip(rows, stacks)]
+    x_row = pytree.unflatten(x_tree, row_leaves)
+    # a row of integers (a fori_loop's counter, labels) may index arrays: a gather checked where it runs
+    with ndarrays.integers(r for r, v in zip(row_leaves, x_leaves) if ndarrays.holds_integers(v)):
+        new, y = _called(f, carry_tree, x_row)
     new_leaves = [_as_array(v) for v in _check_carry(tree, new, shapes)]
     body = new_leaves[0] if alone else _packed(new_leaves)
     init = init_leaves[0] if alone else _packed(init_leaves)

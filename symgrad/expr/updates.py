@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr import ndarrays
 from symgrad.expr.node import Expr, TracingError
 
 _OPS = {"set": lambda x, v: v, "add": np.add, "multiply": np.multiply, "divide": np.divide,
@@ -181,6 +182,7 @@ def _at_traced(x: Any, key: tuple, v: Any, kind: str) -> Any:
         n = shape[axis]
         k = np.where(k < 0, k + n, k)
         along = np.arange(n).reshape((n,) + (1,) * (len(shape) - axis - 1))
+        along = ndarrays.operand(along.astype(float)) if isinstance(x, Expr) else along  # (rolled, not n nodes)
         hit = hit * (along == k) if hit is not True else along == k
         scalar_axes.append(axis)
     if np.ndim(v):
