@@ -8,7 +8,7 @@
 
 from types import ModuleType as _ModuleType
 
-from symgrad import compile, lax, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad import compile, lax, numpy, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
 from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad

@@ -419,6 +419,27 @@ def _composed(g: _Gen) -> tuple[str, tuple] | None:
                      (f"np.kron({a}[:3], {a}[-2:])", (6,)), (f"np.cross({a}[:3], {a}[-3:])", (3,))])
 
 
+def _control(g: _Gen) -> tuple[str, tuple] | None:
+    """Control flow as JAX code writes it (symgrad/control.py): fori_loop whose counter indexes and
+    updates arrays (``.at[i]``, ``(i + k) % m``: gathers by a scan's integer rows), cond on a traced
+    condition, a bounded while_loop, ``.at[idx].add`` at repeated positions."""
+    v = g.pick(lambda s: len(s) == 1 and 3 <= s[0] <= 96)
+    if v is None:
+        return None
+    a, (m,) = v
+    k = int(g.rng.integers(1, m))
+    at = f"sg.numpy.asarray({a})"
+    return g.choice([
+        (f"sg.fori_loop(0, {m}, lambda i, y: y.at[i].set(np.tanh(y[i]) + 0.5 * y[(i + {k}) % {m}]), {at})", (m,)),
+        (f"sg.fori_loop(1, {m}, lambda i, s: s * 0.9 + {a}[i] * {a}[(i * {k}) % {m}], 0.1)", ()),
+        (f"sg.fori_loop(0, 3, lambda i, y: y.at[i + 1].add(y[i] ** 2), {at})", (m,)),
+        (f"sg.cond(np.sum({a}) > 0, lambda u: u * 2.0, lambda u: np.sin(u), {a})", (m,)),
+        (f"sg.while_loop(lambda u: np.sum(u * u) > 0.3, lambda u: u * 0.8 + 0.01, {a}, max_steps=5)", (m,)),
+        (f"{at}.at[np.array([0, 2, 0])].add(np.sin({a}[:3]))", (m,)),
+        (f"{at}.at[1:].multiply(np.cos({a}[:-1]))", (m,)),
+    ])
+
+
 def _cumsum(g: _Gen) -> tuple[str, tuple] | None:
     a, s = g.pick(lambda s: len(s) >= 1)
     if len(s) == 1:
@@ -571,7 +592,7 @@ def _statistic(g: _Gen) -> tuple[str, tuple] | None:
 
 _MOVES = [(_unary, 4), (_binary, 5), (_gather, 3), (_slice, 2), (_reshape, 2), (_join, 1), (_reduce, 2),
           (_product, 1.5), (_cumsum, 1), (_scan, 1), (_gather2d, 1), (_outer, 0.7), (_nested, 0.7),
-          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5)]
+          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1)]
 
 
 def _tie(text: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as _np
 
+from symgrad.expr.node import Expr
 from symgrad.expr.updates import At
 
 
@@ -36,6 +37,9 @@ class Array(_np.ndarray):
 def _making(make: Callable) -> Callable:
     @functools.wraps(make)
     def made(*args: Any, **kwargs: Any) -> Any:
+        if make in (_np.asarray, _np.array) and args and (isinstance(args[0], Expr) or isinstance(
+                args[0], _np.ndarray) and args[0].dtype == object):
+            return args[0]  # a traced array already has .at (NumPy's conversion would take it apart)
         out = make(*args, **kwargs)
         return out.view(Array) if type(out) is _np.ndarray and out.dtype != object else out
     return made
