@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from symgrad import pytree
-from symgrad.expr import custom
-from symgrad.expr.build import const
+from symgrad.expr import custom, ndarrays, rolled
+from symgrad.expr.build import apply, const
 from symgrad.expr.diff import grad
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.traverse import object_array, substitute, topo_order
@@ -109,6 +109,8 @@ class _Custom:
                 raise TypeError(f"{self.name}: nondiff_argnums names argument {k}, but it got {len(args)}")
         diff = [i for i in range(len(args)) if i not in self.nondiff_argnums]
         leaves, tree = pytree.flatten(tuple(args[i] for i in diff))
+        if any(isinstance(leaf, Expr) and leaf.op.array_valued for leaf in leaves):
+            return self._elementwise(args, diff, leaves, tree)
         ins = _Units(leaves, f"{self.name}, a custom_jvp / custom_vjp function,")
         if not ins.units:
             return self.fun(*args)
@@ -139,6 +141,33 @@ class _Custom:
                   outs: _Units) -> list:
         raise NotImplementedError
 
+    def _elementwise(self, args: tuple, diff: list, leaves: list, tree: Any) -> Any:
+        """On rolled arrays of one shape: where the function is elementwise (its result at each index
+        is its value at the arguments' elements there, which is checked), the tensor of its call on
+        one element, a scalar node: rolled, whatever the size. Otherwise TracingError (the trace then
+        goes element by element)."""
+        shapes = {leaf.shape for leaf in leaves if isinstance(leaf, Expr) and leaf.op.array_valued}
+        if len(shapes) != 1 or any(np.ndim(leaf) and not isinstance(leaf, Expr) for leaf in leaves):
+            raise TracingError(f"{self.name}, a custom_jvp / custom_vjp function, on rolled arrays of shapes "
+                               f"{sorted(shapes)}: only elementwise calls on arrays of one shape are rolled")
+        idx = ndarrays.fresh(shapes.pop())
+        at = [ndarrays.element(leaf, idx) if isinstance(leaf, Expr) and leaf.op.array_valued else leaf
+              for leaf in leaves]
+        elements = list(args)
+        for i, v in zip(diff, pytree.unflatten(tree, at)):
+            elements[i] = v
+        _inside.rules.append(self)
+        try:
+            whole = pytree.flatten(self.fun(*args))
+        finally:
+            _inside.rules.pop()
+        one = pytree.flatten(self(*elements))
+        if whole[1] != one[1] or not all(_same_at(w, e, idx) for w, e in zip(whole[0], one[0])):
+            raise TracingError(f"{self.name}, a custom_jvp / custom_vjp function, is not elementwise on these "
+                               "rolled arrays (its result at an index reads other elements)")
+        return pytree.unflatten(one[1], [rolled.tensor(e, *idx) if isinstance(e, Expr) else w
+                                        for w, e in zip(whole[0], one[0])])
+
     def _check(self, exprs: list, inputs: list) -> None:
         """The value and the rule read the arguments alone: a traced value read from outside would get
         no derivative through the rule."""
@@ -153,6 +182,34 @@ class _Custom:
 
     def _nondiff(self, args: list) -> list:
         return [args[k] for k in self.nondiff_argnums]
+
+
+def _same_at(whole: Any, one: Any, idx: tuple) -> bool:
+    """Whether the rolled result ``whole`` at the indices ``idx`` is the elementwise call's ``one``
+    (its value: the custom nodes' own), arrays read at an index inlined on both sides."""
+    if not isinstance(whole, Expr) or not whole.op.array_valued:
+        return not isinstance(one, Expr) and np.array_equal(whole, one)
+    if not isinstance(one, Expr) or whole.shape != tuple(i.payload[1] for i in idx):
+        return False
+    body = rolled.substitute_indices(whole.args[0], dict(zip(whole.args[1:], idx))) \
+        if whole.op.name == "tensor" else ndarrays.element(whole, idx)
+    return _inlined(body) is _inlined(custom.plain([one])[0])
+
+
+def _inlined(e: Expr) -> Expr:
+    """``e`` with every load of a tensor replaced by the tensor's body there (one canonical form of
+    elementwise code, however NumPy's calls materialised it)."""
+    new: dict[Expr, Expr] = {}
+    for node in topo_order([e]):
+        if not node.args:
+            continue
+        args = tuple(new.get(a, a) for a in node.args)
+        if node.op.name == "load" and args[0].op.name == "tensor":
+            t = args[0]
+            new[node] = rolled.substitute_indices(t.args[0], dict(zip(t.args[1:], args[1:])))
+        elif any(a is not b for a, b in zip(args, node.args)):
+            new[node] = apply(node.op, args, node.payload)
+    return new.get(e, e)
 
 
 def _reads(exprs: list, placeholders: list) -> bool:

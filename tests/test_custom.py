@@ -256,3 +256,39 @@ def test_random_compositions_with_their_rule(names, vjp, a, b):
     h = 1e-6
     fd = (loss(a + h, b) - loss(a - h, b)) / (2 * h)
     assert got[0] == pytest.approx(fd, rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "numba"])
+def test_an_elementwise_rule_on_large_arrays_is_rolled(backend):
+    x = np.linspace(-3.0, 800.0, 500)
+    weights = np.arange(500.0)
+    g = sg.grad(lambda v: np.sum(log1pexp(v * 2.0) * weights), backend=backend)
+    np.testing.assert_allclose(g(x), 2.0 * weights * _sigmoid(2.0 * x), rtol=1e-13)
+    assert g._latest().indexed
+    vg = sg.value_and_grad(lambda v: np.sum(g_sin(v, v[::-1]) ** 2), backend=backend)
+    value, grad = vg(x[:100] / 100.0)
+    u = x[:100] / 100.0
+    assert value == pytest.approx(np.sum((np.sin(u) * u[::-1]) ** 2), rel=1e-13)
+    dv = 2 * np.sin(u) * u[::-1]
+    np.testing.assert_allclose(grad, dv * np.cos(u) * u[::-1] + (dv * np.sin(u))[::-1], rtol=1e-12)
+    assert vg._latest().indexed
+
+
+def test_a_rule_that_is_not_elementwise_goes_element_by_element():
+    @sg.custom_vjp
+    def normalise(v):
+        return v / np.sum(v)
+
+    def bwd(v, g):
+        s = np.sum(v)
+        return (g / s - np.sum(g * v) / s ** 2,)
+
+    normalise.defvjp(lambda v: (normalise(v), v), bwd)
+    x = np.linspace(1.0, 2.0, 80)
+    loss = sg.grad(lambda v: np.sum(normalise(v) ** 2))
+    with pytest.warns(UserWarning, match="not elementwise"):
+        got = loss(x)
+    s = np.sum(x)
+    n = x / s
+    np.testing.assert_allclose(got, 2 * n / s - np.sum(2 * n * x) / s ** 2, rtol=1e-12, atol=1e-15)
+    assert not loss._latest().indexed
