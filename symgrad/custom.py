@@ -6,8 +6,9 @@ derivatives come from the rule, traced once on placeholders: the tangent out of 
 cotangents out of a VJP's ``bwd``) is linear in the tangents in (the cotangent), and its
 coefficients are the partials. The rule itself is differentiated for derivatives of higher order.
 
-Traced on rolled arrays, the call raises TracingError: the function then traces element by element
-(each element one scalar node), a slower path that gives the same numbers.
+On rolled arrays an elementwise function (checked: its result at an index must be its call on the
+elements there) is the tensor of one scalar node; any other raises TracingError, and the trace goes
+element by element (each element one scalar node), a slower path that gives the same numbers.
 """
 
 from __future__ import annotations
