@@ -34,6 +34,9 @@ CASES = {
     "triu tril trace": lambda x: np.sum(np.triu(M(x, 10, 10)) ** 2) + np.sum(np.tril(M(x, 10, 10), -1) * 3)
     + np.trace(M(x, 10, 10)) + np.trace(M(x, 10, 10), offset=2) + np.trace(M(x, 10, 10), offset=-3) ** 2
     + np.sum(np.trace(M(x, 2, 6, 10), axis1=1, axis2=2)),
+    "diag diagonal diagflat": lambda x: np.sum(np.diag(M(x, 10, 10)) ** 2) + np.sum(np.diag(M(x, 10, 12), -2) ** 3)
+    + np.sum(np.diag(x[:9]) @ x[10:19]) + np.sum(np.diag(x[:5], 2) ** 2 * np.arange(7))
+    + np.sum(np.sin(np.diagflat(M(x, 2, 3), -1))) + np.sum(np.diagonal(M(x, 2, 6, 10), 1, 1, 2) ** 2),
     "vdot cross kron": lambda x: np.vdot(x, x[::-1]) + np.sum(np.cross(M(x, 20, 3), x[60:].reshape(20, 3)) ** 2)
     + np.sum(np.kron(x[:8], x[8:16]) ** 2) + np.sum(np.kron(M(x, 2, 3), x[6:18].reshape(3, 4)) ** 2),
     "cumprod": lambda x: np.sum(np.cumprod(x[:10] * 0.5 + 1)) + np.sum(np.cumprod(M(x, 10, 12) * 0.3 + 1, axis=1)),

@@ -130,15 +130,38 @@ def _triangle(upper: bool) -> Any:
     return cut
 
 
-def trace(a: Expr, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> Any:
-    """``np.trace``: the sum of the diagonal (``offset`` above it) over ``axis1`` and ``axis2``."""
+def diagonal(a: Expr, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    """``np.diagonal``: the diagonal (``offset`` above it) over ``axis1`` and ``axis2``, a last axis."""
     m = moveaxis(a, [_axis(axis1, a.ndim), _axis(axis2, a.ndim)], [-2, -1])
     rows, cols = m.shape[-2:]
     i = np.arange(max(0, min(rows + min(offset, 0), cols - max(offset, 0))))
     if not i.size:
-        return np.zeros(m.shape[:-2]) if m.ndim > 2 else 0.0
-    picked = getitem(m, (Ellipsis, i - min(offset, 0), i + max(offset, 0)))
+        return np.zeros((*m.shape[:-2], 0))
+    return getitem(m, (Ellipsis, i - min(offset, 0), i + max(offset, 0)))
+
+
+def trace(a: Expr, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None) -> Any:
+    """``np.trace``: the sum of the diagonal (``offset`` above it) over ``axis1`` and ``axis2``."""
+    picked = diagonal(a, offset, axis1, axis2)
+    if not np.shape(picked)[-1]:
+        return np.zeros(np.shape(picked)[:-1]) if np.ndim(picked) > 1 else 0.0
     return np.sum(picked, axis=-1)
+
+
+def diag(v: Expr, k: int = 0) -> Expr:
+    """``np.diag``: a matrix's ``k``-th diagonal, or the square matrix with a vector there (zeros
+    elsewhere: a where over a constant mask, the vector gathered at constant addresses)."""
+    if v.ndim == 2:
+        return diagonal(v, k)
+    if v.ndim != 1:
+        raise ValueError(f"np.diag: the input must be 1-d or 2-d, got shape {v.shape}")
+    m = v.shape[0]
+    n = m + abs(k)
+    source = np.full((n, n), -1)
+    source[np.arange(m) - min(k, 0), np.arange(m) + max(k, 0)] = np.arange(m)
+    gathered = getitem(v, (np.where(source >= 0, source, 0),))
+    return ndarrays.elementwise(lambda c, x: apply(ops.OPS["where"], (c, x, 0.0)),
+                                (operand((source >= 0) * 1.0), gathered))
 
 
 def vdot(a: Any, b: Any) -> Any:
@@ -211,6 +234,7 @@ FUNCTIONS.update({
     np.flip: flip, np.fliplr: lambda m: flip(m, 1), np.flipud: lambda m: flip(m, 0), np.roll: roll,
     np.diff: diff, np.tile: tile, np.repeat: repeat, np.take: take, np.append: append,
     np.triu: _triangle(True), np.tril: _triangle(False), np.trace: trace, np.vdot: vdot, np.cross: cross,
+    np.diagonal: diagonal, np.diag: diag, np.diagflat: lambda v, k=0: diag(reshape(v, -1), k),
     np.kron: kron, np.round: _round, np.around: _round,
     np.cumprod: lambda a, axis=None, dtype=None, out=None: accumulate("prod", a, axis),
 })
