@@ -53,10 +53,12 @@ def _select(go: Any, new: Any, old: Any, who: str) -> Any:
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *, max_steps: int | None = None) -> Any:
     """``jax.lax.while_loop``: ``val = body_fun(val)`` while ``cond_fun(val)``; returns the last ``val``.
 
-    A condition Python can decide (numbers, a counter in the carry) runs as a Python loop. One that
-    depends on traced values needs ``max_steps``: the loop is then a scan of at most that many steps
-    (the carry stops changing once the condition fails, and at ``max_steps`` the loop stops), which
-    every transform differentiates, reverse mode included.
+    A condition Python can decide (numbers, a counter in the carry) runs as a Python loop; so does one
+    on traced values without ``max_steps``, decided by the values of the call being traced (the trace
+    is specialised on the number of steps and traced again when a later call's differ, as JAX's grad
+    without jit). With ``max_steps`` it is a scan of at most that many steps (the carry stops changing
+    once the condition fails, and at ``max_steps`` the loop stops), compiled once for every call,
+    which every transform differentiates, reverse mode included.
 
     >>> import numpy as np, symgrad as sg
     >>> sg.while_loop(lambda v: v[0] < 10, lambda v: (v[0] + 1, v[1] * 2.0), (0, 1.0))
@@ -72,17 +74,19 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *, max_ste
     val, steps = init_val, 0
     while max_steps is None or steps < max_steps:
         go = cond_fun(val)
-        if _traced(go):
+        if _traced(go) and max_steps is not None:
             break
-        if not _truth(go, "while_loop"):
-            return val
+        try:  # (a traced condition: decided by the traced call's values, a guard: symgrad.guards)
+            if not _truth(go, "while_loop"):
+                return val
+        except TracingError:
+            raise TracingError("while_loop: the condition depends on traced values and no values are at hand, "
+                               "so the number of steps is unknown until the function runs: give a bound, "
+                               "sg.while_loop(cond, body, init, max_steps=N) (a scan of at most N steps, "
+                               "differentiable in every mode)") from None
         val, steps = body_fun(val), steps + 1
     else:
         return val
-    if max_steps is None:
-        raise TracingError("while_loop: the condition depends on traced values, so the number of steps is "
-                           "unknown until the function runs: give a bound, sg.while_loop(cond, body, init, "
-                           "max_steps=N) (a scan of at most N steps, differentiable in every mode)")
 
     def step(state: tuple, _: Any) -> tuple:
         v, running = state

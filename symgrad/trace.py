@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
+from symgrad import guards, pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
 from symgrad.expr import ndarrays, rolled
@@ -535,6 +535,8 @@ class Trace:
         names = owner._names(len(args))
         self.arguments: dict[str, Any] = {}
         self.slots: dict[Any, _Slot] = {}
+        self._syms: list = []  # every traced leaf, symbolic, and the value it stands for in this call
+        self._values: list = []
         self.floats: list[np.dtype] = []  # the float dtypes of the array arguments (results follow them)
         self.statics: list = []  # static arguments' values (a callable or an object may capture values too)
         sym_args = [self._argument(names[i], i, a, tag, len(args)) for i, a in enumerate(args)]
@@ -557,10 +559,14 @@ class Trace:
         _tracing.depth += 1
         try:
             with paused_gc(), ndarrays.capturing() as constants, ndarrays.observing() as met, \
-                    ndarrays.integers(integer):
+                    ndarrays.integers(integer), guards.deciding(
+                        None if fresh else guards.bindings(self._syms, self._values), constants,
+                        guards.mapping(self._syms, self._values) if fresh else None) as shadow:
                 result = owner.fn(*sym_args, **sym_kwargs)
         finally:
             _tracing.depth -= 1
+        self.guards = shadow.guards if shadow is not None else []  # conditions decided by this call's values
+        self._guard_fn: Any = None
         # What fn read besides its arguments, checked before each call (a nested trace: by the outer one).
         self.watched = _Captures().build(_tracing.called, self.statics, met) if outermost and not fresh else ()
         if constants and fresh:  # (its formulas would read arrays no caller passes)
@@ -619,6 +625,8 @@ class Trace:
             if isinstance(leaf, np.ndarray | np.floating) and leaf.dtype.kind == "f":  # (Python floats: weak)
                 self.floats.append(leaf.dtype)
         self.slots[key] = _Slot(treedef, shapes, dtypes, syms, integer)
+        self._syms += syms
+        self._values += leaves
         sym = pytree.unflatten(treedef, syms)
         self.arguments[name] = sym
         return sym
@@ -782,6 +790,17 @@ class Trace:
             vector = [np.ravel(leaf) for leaf in self._extra_values(extra)] if self.extra else []
             p = np.concatenate([p, *tail, *vector])
         return self.assemble(self.compiled(x, p))
+
+    def guarded(self, args: tuple, kwargs: dict) -> bool:
+        """Whether the conditions decided while tracing come out the same at these arguments."""
+        if self._guard_fn is None:
+            conditions = object_array([c for c, _ in self.guards])
+            self._guard_fn = compiled.compile(conditions, self.inputs, [*self.params, *self.constants], "vm")
+        p = self._pack(self.data_keys, args, kwargs)
+        if self._constant_values is not None:
+            p = np.concatenate([p, self._constant_values])
+        got = self._guard_fn(self._pack(self.wrt_keys, args, kwargs), p)
+        return all((v != 0.0) == want for v, (_, want) in zip(np.ravel(got), self.guards))
 
     def _pack(self, keys: list, args: tuple, kwargs: dict) -> np.ndarray:
         if not keys:
@@ -1088,8 +1107,8 @@ class Function:
         if key is None:
             raise TypeError(f"{self._who}.trace: the arguments are symbolic; call the function instead")
         t = self._traces.get(key)
-        if t is None or t.watched and t.stale():
-            if t is not None:
+        if t is None or t.watched and t.stale() or t.guards and not t.guarded(args, kwargs):
+            if t is not None and not t.guards:
                 self._retraced()
             try:
                 t = self._new_trace(args, kwargs)
@@ -1176,7 +1195,7 @@ class Function:
             return self.call(*self._split_extra(args, kwargs))
         key = self._key(args, kwargs)
         t = self._traces.get(key)
-        if t is None or _tracing.depth or t.watched and t.stale():
+        if t is None or _tracing.depth or t.watched and t.stale() or t.guards and not t.guarded(args, kwargs):
             return self.call(args, kwargs)
         self._last = t
         return t(args, kwargs)

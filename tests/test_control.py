@@ -42,8 +42,10 @@ def test_a_traced_condition_is_a_bounded_loop_differentiable_in_every_mode(w):
 
 def test_the_bound_stops_the_loop_and_a_missing_bound_is_named():
     assert _particle(0.01, max_steps=3) == pytest.approx(1.0 + 0.1 * 0.5 * 3 - 0.1 * 0.1 * 0.01 * 6, rel=1e-2)
-    with pytest.raises(sg.TracingError, match="max_steps=N"):
-        sg.grad(lambda w: sg.while_loop(lambda s: s > 0, lambda s: s - w, 1.0))(0.3)
+    unbounded = sg.grad(lambda w: sg.while_loop(lambda s: s > 0, lambda s: s - w, 1.0))  # decided by values
+    assert unbounded(0.3) == -4.0 and unbounded(0.15) == -7.0
+    with pytest.raises(sg.TracingError, match="max_steps=N"):  # no values: called on a symbol
+        sg.grad(lambda w: sg.while_loop(lambda s: s > 0, lambda s: s - w, 1.0))(sg.Var("w"))
     with pytest.raises(ValueError, match="non-negative integer"):
         sg.while_loop(lambda s: s > 0, lambda s: s - 1, 1.0, max_steps=-1)
     with pytest.raises(TypeError, match="keep its shape"):

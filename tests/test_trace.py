@@ -178,8 +178,11 @@ def test_numpy_functions_that_need_values_or_floats_raise_clear_errors():
             return x[0]
         return -x[0]
 
-    with pytest.raises(sg.TracingError, match=r"Python if .* sg\.where"):
-        sg.grad(branchy, **VM)(x)
+    g = sg.grad(branchy, **VM)  # a Python if: decided by the call's values (JAX's grad without jit)
+    np.testing.assert_array_equal(g(x), [1.0, 0.0])
+    np.testing.assert_array_equal(g(-x), [-1.0, 0.0])
+    rows = np.outer(np.where(np.arange(100) % 3, 1.0, -1.0), [1.0, 2.0])  # each row its own branch
+    np.testing.assert_array_equal(sg.vmap(sg.grad(branchy), **VM)(rows), np.c_[np.sign(rows[:, 0]), np.zeros(100)])
     with pytest.raises(sg.TracingError, match=r"np\.spacing is not supported .* np\.sin"):
         sg.grad(lambda x: np.sum(np.spacing(x)), **VM)(x)
     with pytest.raises(sg.TracingError, match=r"np\.sort needs the values"):

@@ -40,6 +40,11 @@ def const_key(v: float) -> Any:
     return v if v == v and v != 0.0 else float_bits(v) if v == 0.0 else "nan"
 
 
+# The truth value of a traced condition while a call with numbers is traced (None: undecidable);
+# installed by symgrad.guards, which this module cannot import.
+decide: Any = None
+
+
 class TracingError(TypeError):
     """A symbolic value was used where Python or NumPy needs a concrete number.
 
@@ -102,6 +107,8 @@ class Expr:
     def __bool__(self) -> bool:
         if self.op.name == "const":  # a folded condition (x*0 == 0) has a value
             return self.payload != 0.0
+        if decide is not None and (decided := decide(self)) is not None:
+            return decided  # (a call traced with numbers: symgrad.guards)
         raise TracingError(
             f"the truth value of the symbolic expression {_short(self)} is unknown until it is "
             "evaluated: a Python if / and / or / max / min on a traced value cannot be compiled; use "
