@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
+from symgrad import guards, pytree
 from symgrad.expr import custom, ndarrays, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.diff import grad
@@ -120,11 +120,12 @@ class _Custom:
         for i, v in zip(diff, pytree.unflatten(tree, ins.rebuild(inputs))):
             primals[i] = v
         _inside.rules.append(self)
-        try:
-            out = self.fun(*primals)
-            out_leaves, out_tree = pytree.flatten(out)
-            outs = _Units(out_leaves, f"{self.name}'s result")
-            partials = self._partials(primals, diff, tree, ins, inputs, out_tree, outs)
+        try:  # (a Python if in the function or its rule: decided by the arguments' values, as guards)
+            with guards.deciding(None, {}, dict(zip(inputs, ins.units))):
+                out = self.fun(*primals)
+                out_leaves, out_tree = pytree.flatten(out)
+                outs = _Units(out_leaves, f"{self.name}'s result")
+                partials = self._partials(primals, diff, tree, ins, inputs, out_tree, outs)
         finally:
             _inside.rules.pop()
         if isinstance(partials, tuple):  # (g, cotangents): the rule reads g too

@@ -292,3 +292,22 @@ def test_a_rule_that_is_not_elementwise_goes_element_by_element():
     n = x / s
     np.testing.assert_allclose(got, 2 * n / s - np.sum(2 * n * x) / s ** 2, rtol=1e-12, atol=1e-15)
     assert not loss._latest().indexed
+
+
+def test_python_control_flow_in_the_function_and_its_rule():
+    """JAX's example: an if on the argument, in the function and in its JVP rule, decided by the value."""
+    @sg.custom_jvp
+    def f(x):
+        if x > 0:
+            return np.sin(x)
+        return np.cos(x)
+
+    @f.defjvp
+    def _f_jvp(primals, tangents):
+        (x,), (x_dot,) = primals, tangents
+        return f(x), (2.0 if x > 0 else 3.0) * x_dot
+
+    g = sg.grad(f)
+    assert (g(1.0), g(-1.0), g(2.0)) == (2.0, 3.0, 2.0)
+    assert sg.jit(f)(-1.0) == np.cos(-1.0)
+    np.testing.assert_array_equal(sg.vmap(g)(np.array([1.0, -1.0, 2.0])), [2.0, 3.0, 2.0])
