@@ -1023,8 +1023,12 @@ class _Checker:
         def check(ref: Any) -> None:  # against central differences of the interpreter's gradient
             G = sg.grad(f, argnums=k, backend="python")
             moved = lambda h: [a + h * v if i == k else a for i, a in enumerate(inputs)]  # noqa: E731
-            details = [_mismatch(ref[0], (np.asarray(G(*moved(h))) - np.asarray(G(*moved(-h)))) / (2 * h), 1e-4)
-                       for h in (1e-5, 1e-6, 1e-7)]  # (steeply curved programs need the small steps)
+            steps = (1e-5, 1e-6, 1e-7)  # (steeply curved programs need the small steps)
+            fds = [(np.asarray(G(*moved(h))) - np.asarray(G(*moved(-h)))) / (2 * h) for h in steps]
+            # each step's truncation error ~ h**2, estimated from the step before (as in _finite_differences)
+            floors = [0.0] + [2 * float(np.max(np.abs(fds[j] - fds[j - 1]))) * (steps[j] / steps[j - 1]) ** 2
+                              for j in range(1, len(steps))]
+            details = [_mismatch(ref[0], fd, 1e-4, floor) for fd, floor in zip(fds, floors)]
             if all(details):
                 self.add("hvp:python", "hvp", "wrong", "against differences of the gradient: " + details[0])
 

@@ -276,3 +276,15 @@ def test_finite_differences_that_have_not_converged_are_no_disagreement():
 
     found, _ = fuzz.check(p, backends=("python",), runners={"python": off})
     assert ("fd", "grad", "wrong") in [d.key for d in found]
+
+
+def test_hessian_vector_differences_that_have_not_converged_are_no_disagreement():
+    """A soak's hvp against central differences of the gradient (sin of a squared running sum: curvature
+    ~1e9): each step's own truncation error, estimated from the step before, is part of the tolerance."""
+    p = _program("def f(x):\n"
+                 "    v2 = x[1:] * x[:-1]\n"
+                 "    v6 = np.square(np.cumsum(v2[np.random.default_rng(93).permutation(v2.shape[0])]))\n"
+                 "    v9 = np.pad(v6, (2, 3))[:159] * np.sin(v6)\n"
+                 "    return np.sum(np.tanh(v9) * v9)\n", shapes=((160,),), seed=1195289134)
+    found, _ = fuzz.check(p, backends=("python",), extras=("hvp",))
+    assert not found, _report(found)
