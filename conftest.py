@@ -4,6 +4,9 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("SYMGRAD_CACHE_DIR", str(Path(__file__).parent / ".pytest_cache" / "symgrad-kernels"))
+# A test that asks for Numba gets Numba: past the per-process cap (256 generated modules by default) new
+# programs would run on the VM, and a numba-parametrised test late in a worker would test the VM instead.
+os.environ.setdefault("SYMGRAD_MAX_PROGRAMS", "4096")
 
 
 import pytest  # noqa: E402 - after the cache setting, which must precede symgrad's import
