@@ -86,7 +86,7 @@ def _scan(k: int, payload: Any, arguments: tuple) -> Expr:
     bound = list(zip(places[n:], arguments[1 + n:]))
     for p, a in bound:
         if p.shape != a.shape:
-            raise FormatError(f"symgrad JSON: node {k}: the step reads {p} of shape {p.shape} as {str(a)[:60]} of "
+            raise FormatError(f"symgrad JSON: node {k}: the step reads {p} of shape {p.shape} as {_line(a)} of "
                               f"shape {a.shape}")
     try:
         node = scans.make(body, carry, arguments[0], list(zip(places[:n], arguments[1:1 + n])), bound, reverse,
@@ -302,11 +302,11 @@ def _check_arguments(k: int, name: str, arguments: tuple) -> None:
         if name in ("tensor", "scatter", "sum", "max", "min") else ()
     for a in scalars:
         if a.op.array_valued:
-            raise FormatError(f"symgrad JSON: node {k} ({name}) takes scalars, got the array {str(a)[:60]}")
+            raise FormatError(f"symgrad JSON: node {k} ({name}) takes scalars, got the array {_line(a)}")
     if name == "as_index" and not (arguments[1].op.name == "const" and float(arguments[1].payload).is_integer()
                                    and 1 <= arguments[1].payload < 2 ** 62):
         raise FormatError(f"symgrad JSON: node {k} (as_index) needs a positive integer bound, got "
-                          f"{str(arguments[1])[:60]}")
+                          f"{_line(arguments[1])}")
 
 
 def _built(name: str, op: Any, arguments: tuple, payload: Any, step: bool) -> Expr:
@@ -376,3 +376,8 @@ def _rolled_payload(k: int, name: str, payload: Any) -> tuple:
 
 _ROLLED_FORMS = {"index": "[name, size]", "array": "[name, [shape]]", "table": "[[shape], [integer values]]",
                  "scatter": "[[shape], number of addresses]", "cumsum": "[axis, reversed]"}
+
+
+def _line(e: Expr) -> str:
+    """``e`` printed on one line (a let-form's lines joined), at most 60 characters: a message's part."""
+    return " ".join(str(e).split())[:60]
