@@ -168,3 +168,18 @@ def test_rows_a_step_never_reads_have_no_adjoint(backend):
         _, (gx, gw) = sg.value_and_grad(f, argnums=(0, 1), backend=backend)(x, w)
     np.testing.assert_array_equal(gw, np.zeros(3))
     np.testing.assert_allclose(gx, 2 * x, rtol=1e-14)
+
+
+def test_vmap_of_the_gradient_of_a_scan_with_a_scalar_carry():
+    """The step's result read back in its derivative at a one-value index (a scalar carry packed as one
+    element) also where that index is not bound: vmap of grad raised ValueError (found by symgrad.fuzz)."""
+    def f(x):
+        last, ys = sg.scan(lambda c, r: (np.tanh(c * 0.9 + r), c * c), 0.3, x)
+        return np.sum(ys) + last
+
+    x = np.random.default_rng(1).normal(size=24)
+    g = sg.grad(f)(x)
+    h = 1e-6
+    np.testing.assert_allclose(g, [(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(24)], atol=1e-8)
+    G = sg.vmap(sg.grad(f, backend="python"), backend="python")(np.stack([x, 2 * x]))
+    np.testing.assert_allclose(G, [g, sg.grad(f)(2 * x)], rtol=1e-13, atol=1e-15)

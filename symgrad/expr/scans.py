@@ -429,7 +429,10 @@ def _reading(e: Expr, body: Expr, values: Expr) -> Expr:
     scan stores."""
     if body.op.name != "tensor" or not body.args[0].args or body.args[0].op.name == "load":
         return e
-    return substitute(e, {body.args[0]: apply(ops.load, (values, *body.args[1:])), body: body})
+    # (an index of one value is read at 0: the element may also be used where that index is not bound,
+    # a scalar carry's tanh(c[0]) in a derivative summed over it; vmap of the grad of such a scan raised)
+    at = tuple(const(0.0) if i.payload[1] == 1 else i for i in body.args[1:])
+    return substitute(e, {body.args[0]: apply(ops.load, (values, *at)), body: body})
 
 
 def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
