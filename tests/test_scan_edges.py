@@ -174,7 +174,7 @@ def test_vmap_of_the_gradient_of_a_scan_with_a_scalar_carry():
     """The step's result read back in its derivative at a one-value index (a scalar carry packed as one
     element) also where that index is not bound: vmap of grad raised ValueError (found by symgrad.fuzz)."""
     def f(x):
-        last, ys = sg.scan(lambda c, r: (np.tanh(c * 0.9 + r), c * c), 0.3, x)
+        last, ys = sg.scan(lambda c, r: (np.tanh(c) + 0.1 * r, c), 0.3, x)  # (the carry itself as ys)
         return np.sum(ys) + last
 
     x = np.random.default_rng(1).normal(size=24)
@@ -183,3 +183,10 @@ def test_vmap_of_the_gradient_of_a_scan_with_a_scalar_carry():
     np.testing.assert_allclose(g, [(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(24)], atol=1e-8)
     G = sg.vmap(sg.grad(f, backend="python"), backend="python")(np.stack([x, 2 * x]))
     np.testing.assert_allclose(G, [g, sg.grad(f)(2 * x)], rtol=1e-13, atol=1e-15)
+
+    def found(x):  # the fuzzer's program: the rows unused, so a zero gradient
+        _, ys = sg.scan(lambda c, r: (np.tanh(c), c), 0.0, x)
+        return np.sum(ys)
+
+    np.testing.assert_array_equal(sg.vmap(sg.grad(found, backend="python"), backend="python")(np.stack([x] * 3)),
+                                  np.zeros((3, 24)))
