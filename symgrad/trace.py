@@ -730,7 +730,7 @@ class Trace:
         line = f"  {shapes or 'no arguments'} -> {path}, {count_nodes(list(flat))} nodes"
         if "compiled" in self.__dict__:
             c = self.compiled
-            kind = "loops" if type(c.program).__name__ == "LoopProgram" else "a flat program"
+            kind = "loops" if isinstance(c.program, compiled.LoopProgram) else "a flat program"
             line += f", {kind} on {c.backend}"
         return line
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ndarrays, ops
+from symgrad.expr import ndarrays, ops, updates
 from symgrad.expr.build import apply
 from symgrad.expr.functions import rint
 from symgrad.expr.ndarrays import FUNCTIONS, concatenate, getitem, is_array, moveaxis, operand, reshape
@@ -150,18 +150,14 @@ def trace(a: Expr, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any =
 
 def diag(v: Expr, k: int = 0) -> Expr:
     """``np.diag``: a matrix's ``k``-th diagonal, or the square matrix with a vector there (zeros
-    elsewhere: a where over a constant mask, the vector gathered at constant addresses)."""
+    elsewhere: ``zeros.at[rows, cols].set(v)``)."""
     if v.ndim == 2:
         return diagonal(v, k)
     if v.ndim != 1:
         raise ValueError(f"np.diag: the input must be 1-d or 2-d, got shape {v.shape}")
     m = v.shape[0]
     n = m + abs(k)
-    source = np.full((n, n), -1)
-    source[np.arange(m) - min(k, 0), np.arange(m) + max(k, 0)] = np.arange(m)
-    gathered = getitem(v, (np.where(source >= 0, source, 0),))
-    return ndarrays.elementwise(lambda c, x: apply(ops.OPS["where"], (c, x, 0.0)),
-                                (operand((source >= 0) * 1.0), gathered))
+    return updates.update(np.zeros((n, n)), (np.arange(m) - min(k, 0), np.arange(m) + max(k, 0)), v, "set")
 
 
 def vdot(a: Any, b: Any) -> Any:

@@ -19,8 +19,12 @@ import numpy as np
 from symgrad.expr import ndarrays
 from symgrad.expr.node import Expr, TracingError
 
-_OPS = {"set": lambda x, v: v, "add": np.add, "multiply": np.multiply, "divide": np.divide,
-        "power": np.power, "min": np.minimum, "max": np.maximum}
+# kind -> (NumPy's ufunc combining an entry with v, None: v replaces it; what the method does)
+_OPS: dict[str, tuple] = {
+    "set": (None, "replaced by"), "add": (np.add, "plus (repeated positions: each time)"),
+    "multiply": (np.multiply, "times"), "divide": (np.divide, "divided by"), "power": (np.power, "to the power"),
+    "min": (np.minimum, "the minimum of theirs and"), "max": (np.maximum, "the maximum of theirs and"),
+}
 
 
 class At:
@@ -53,35 +57,14 @@ class Ref:
         """``x[idx]``."""
         return self.x[self.idx]
 
-    def set(self, v: Any, **_: Any) -> Any:
-        """``x`` with ``v`` at ``idx``."""
-        return update(self.x, self.idx, v, "set")
 
-    def add(self, v: Any, **_: Any) -> Any:
-        """``x`` with ``v`` added at ``idx`` (repeated positions add each time)."""
-        return update(self.x, self.idx, v, "add")
+def _method(kind: str) -> Any:
+    def method(self: Ref, v: Any, **_: Any) -> Any:
+        return update(self.x, self.idx, v, kind)
 
-    def multiply(self, v: Any, **_: Any) -> Any:
-        """``x`` with the entries at ``idx`` multiplied by ``v``."""
-        return update(self.x, self.idx, v, "multiply")
-
-    mul = multiply
-
-    def divide(self, v: Any, **_: Any) -> Any:
-        """``x`` with the entries at ``idx`` divided by ``v``."""
-        return update(self.x, self.idx, v, "divide")
-
-    def power(self, v: Any, **_: Any) -> Any:
-        """``x`` with the entries at ``idx`` raised to ``v``."""
-        return update(self.x, self.idx, v, "power")
-
-    def min(self, v: Any, **_: Any) -> Any:
-        """``x`` with the entries at ``idx`` the minimum of theirs and ``v``."""
-        return update(self.x, self.idx, v, "min")
-
-    def max(self, v: Any, **_: Any) -> Any:
-        """``x`` with the entries at ``idx`` the maximum of theirs and ``v``."""
-        return update(self.x, self.idx, v, "max")
+    method.__name__ = method.__qualname__ = kind
+    method.__doc__ = f"``x`` with the entries at ``idx`` {_OPS[kind][1]} ``v``."
+    return method
 
 
 def _traced(k: Any) -> bool:
@@ -106,7 +89,7 @@ def update(x: Any, idx: Any, v: Any, kind: str) -> Any:
         if kind == "set":
             out.reshape(-1)[positions.ravel()] = values
         else:
-            getattr(np, _UFUNC[kind]).at(out.reshape(-1), positions.ravel(), values)
+            _OPS[kind][0].at(out.reshape(-1), positions.ravel(), values)
         return out.view(type(x)) if isinstance(x, np.ndarray) else out
     flat = positions.ravel()
     if kind == "set" or kind != "add" and np.unique(flat).size == flat.size:
@@ -119,8 +102,9 @@ def update(x: Any, idx: Any, v: Any, kind: str) -> Any:
     return out
 
 
-_UFUNC = {"add": "add", "multiply": "multiply", "divide": "divide", "power": "power", "min": "minimum",
-          "max": "maximum"}
+def _combined(x: Any, v: Any, kind: str) -> Any:
+    ufunc = _OPS[kind][0]
+    return v if ufunc is None else ufunc(x, v)
 
 
 def _symbolic(v: Any) -> bool:
@@ -143,7 +127,7 @@ def _layer(x: Any, flat: np.ndarray, v: Any, shape: tuple | None, kind: str) -> 
     else:
         values = _values(v, shape) if shape is not None else v
         new = values[np.where(source >= 0, source, 0)].reshape(x.shape)
-    return np.where(hit, _OPS[kind](x, new), x)
+    return np.where(hit, _combined(x, new, kind), x)
 
 
 def _added(flat: np.ndarray, v: Any, shape: tuple, x_shape: tuple) -> Any:
@@ -187,4 +171,9 @@ def _at_traced(x: Any, key: tuple, v: Any, kind: str) -> Any:
         scalar_axes.append(axis)
     if np.ndim(v):
         v = np.expand_dims(v, tuple(a for a in scalar_axes if a < len(shape)))
-    return np.where(hit, _OPS[kind](x, v), x)
+    return np.where(hit, _combined(x, v, kind), x)
+
+
+for _kind in _OPS:
+    setattr(Ref, _kind, _method(_kind))
+Ref.mul = Ref.multiply
