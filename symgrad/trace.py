@@ -55,6 +55,7 @@ from symgrad.expr.sparsity import SparseExprs, sparse_hessian, sparse_jacobian
 from symgrad.expr.traverse import as_expr_list, count_nodes, object_array, substitute, topo_order
 
 MAX_TRACES = 32  # argument signatures remembered per function (oldest dropped first)
+MAX_BRANCHES = 8  # traces kept per signature, one per way Python control flow on traced values went
 # Where an array argument has at least this many elements, array arguments trace as rolled arrays
 # (sg.array), under the transforms that take them; smaller problems element by element
 # (straight-line code is the faster at that size).
@@ -95,7 +96,7 @@ _VALUES = (*_IMMUTABLE, np.ndarray, list, dict, tuple)  # watched wherever they 
 FOLLOWED_MAX = 256  # functions and objects followed per trace (past that: a warning, nothing silent)
 ITEMS_MAX = 4096  # container items followed per trace
 BYTES_MAX = 1 << 16  # arrays up to this size are compared through tobytes (0.2 us), larger ones as integers
-RETRACES_NOTE = 8  # retraces for changed captured values before one warning suggests arguments
+RETRACES_NOTE = 8  # retraces (changed captured values, new branches) before one warning says why
 _MISSING = object()
 
 
@@ -779,6 +780,20 @@ class Trace:
         return self.compiled.source
 
     def __call__(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
+        """Run the compiled kernel at fn's arguments (and the transform's vector, ``extra``).
+
+        A trace that decided Python ``if`` / ``while`` conditions by its call's values runs only
+        where they come out the same; elsewhere the Function traces the other branch.
+        """
+        got = self._conditions_at(args, kwargs) if self.guards else None
+        if got is not None and not self.holds(got):
+            cond, want = next((c, w) for v, (c, w) in zip(got, self.guards) if (v != 0.0) != w)
+            raise ValueError(f"{self.owner._who}: this trace took the branch where {cond} is {want}, which it "
+                             "is not at these arguments; call the function itself (it traces that branch)")
+        return self.run(args, kwargs, extra)
+
+    def run(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
+        """``__call__`` where the caller checked the guards."""
         if self._single:
             key = self.wrt_keys[0]
             x = np.ravel(kwargs[key] if isinstance(key, str) else args[key])
@@ -793,14 +808,27 @@ class Trace:
 
     def guarded(self, args: tuple, kwargs: dict) -> bool:
         """Whether the conditions decided while tracing come out the same at these arguments."""
+        return bool(self.holds(self._conditions_at(args, kwargs)))
+
+    def _conditions_at(self, args: tuple, kwargs: dict) -> np.ndarray:
+        return self.conditions(self._pack(self.wrt_keys, args, kwargs), self._params(args, kwargs))
+
+    def conditions(self, x: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """The guards' conditions at inputs ``x`` and parameters ``p`` (rows of them: one row each)."""
         if self._guard_fn is None:
             conditions = object_array([c for c, _ in self.guards])
             self._guard_fn = compiled.compile(conditions, self.inputs, [*self.params, *self.constants], "vm")
+        if np.ndim(p) == 2:
+            return self._guard_fn.batch(np.broadcast_to(x, (len(p), len(x))), p).reshape(len(p), -1)
+        return np.ravel(self._guard_fn(x, p))
+
+    def holds(self, got: np.ndarray) -> np.ndarray:
+        """Which rows of ``conditions`` decide every guard as this trace did."""
+        return np.all((got != 0.0) == np.array([want for _, want in self.guards]), axis=-1)
+
+    def _params(self, args: tuple, kwargs: dict) -> np.ndarray:
         p = self._pack(self.data_keys, args, kwargs)
-        if self._constant_values is not None:
-            p = np.concatenate([p, self._constant_values])
-        got = self._guard_fn(self._pack(self.wrt_keys, args, kwargs), p)
-        return all((v != 0.0) == want for v, (_, want) in zip(np.ravel(got), self.guards))
+        return p if self._constant_values is None else np.concatenate([p, self._constant_values])
 
     def _pack(self, keys: list, args: tuple, kwargs: dict) -> np.ndarray:
         if not keys:
@@ -1014,7 +1042,7 @@ class Function:
         self._last: Trace | None = None
         self._fallback = True  # element by element where the rolled trace fails (False: raise)
         self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
-        self._changes = 0  # traces made again because a captured value changed
+        self._changes = 0  # traces made again (a captured value changed, a branch not traced yet)
         self._ints_static = False  # Python ints not differentiated: static (once one was used as a size)
         self._noted = False  # whether the element-by-element warning was given
         functools.update_wrapper(self, fn, updated=())  # not fn.__dict__: a Function inside keeps its own
@@ -1106,10 +1134,8 @@ class Function:
     def _trace(self, key: tuple | None, args: tuple, kwargs: dict) -> Trace:
         if key is None:
             raise TypeError(f"{self._who}.trace: the arguments are symbolic; call the function instead")
-        t = self._traces.get(key)
-        if t is None or t.watched and t.stale() or t.guards and not t.guarded(args, kwargs):
-            if t is not None and not t.guards:
-                self._retraced()
+        t = self._cached(key, args, kwargs)
+        if t is None:
             try:
                 t = self._new_trace(args, kwargs)
             except TracingError as e:  # an int used as a size: traced again, ints specialised on their values
@@ -1117,19 +1143,35 @@ class Function:
                     raise
                 self._ints_static = True
                 return self._trace(self._key(args, kwargs), args, kwargs)
-            self._traces[key] = t
+            branches = self._traces.setdefault(key, [])
+            if branches:
+                self._retraced("Python if / while on traced values took another way (sg.cond, sg.where or "
+                               "sg.while_loop(..., max_steps=) trace every way at once)")
+            branches.insert(0, t)
+            del branches[MAX_BRANCHES:]
             if len(self._traces) > MAX_TRACES:
                 self._traces.popitem(last=False)
         self._last = t
         return t
 
-    def _retraced(self) -> None:
-        """A captured value changed: one warning when that keeps happening (each change traces again)."""
+    def _cached(self, key: tuple, args: tuple, kwargs: dict) -> Trace | None:
+        """The trace of this signature whose Python branches hold at these arguments, if it is current."""
+        branches = self._traces.get(key, ())
+        for t in branches:
+            if t.watched and t.stale():
+                del self._traces[key]
+                self._retraced("values it reads from globals, closures or attributes changed (pass values "
+                               "that change as arguments, data, to trace once)")
+                return None
+            if not t.guards or t.guarded(args, kwargs):
+                return t
+        return None
+
+    def _retraced(self, why: str) -> None:
+        """One warning when tracing again keeps happening."""
         self._changes += 1
         if self._changes == RETRACES_NOTE:
-            warnings.warn(f"{self._who}: traced again {RETRACES_NOTE} times because values it reads from globals, "
-                          "closures or attributes changed; pass values that change as arguments (data) to "
-                          "trace once", stacklevel=5)
+            warnings.warn(f"{self._who}: traced again {RETRACES_NOTE} times: {why}", stacklevel=_user_level())
 
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
         """Array arguments as rolled arrays where the transform takes them; where fn does something
@@ -1169,7 +1211,7 @@ class Function:
         """
         if not self._traces:
             return f"{self._who}: not traced yet (call it first)"
-        return "\n".join([self._who, *(t.explain() for t in self._traces.values())])
+        return "\n".join([self._who, *(t.explain() for ts in self._traces.values() for t in ts)])
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of
@@ -1194,11 +1236,11 @@ class Function:
         if self.rule.extra == "v":
             return self.call(*self._split_extra(args, kwargs))
         key = self._key(args, kwargs)
-        t = self._traces.get(key)
-        if t is None or _tracing.depth or t.watched and t.stale() or t.guards and not t.guarded(args, kwargs):
+        t = None if key is None or _tracing.depth else self._cached(key, args, kwargs)
+        if t is None:
             return self.call(args, kwargs)
         self._last = t
-        return t(args, kwargs)
+        return t.run(args, kwargs)
 
     def call(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
         """Call with fn's arguments and the transform's vector (hvp's v, jvp's tangents, a vjp's cotangent)."""
@@ -1210,7 +1252,7 @@ class Function:
                 return self.fn(*args, **kwargs)
             rolled_args = any(map(_is_rolled, pytree.flatten((args, kwargs))[0]))
             return Trace(self, args, kwargs, fresh=True, indexed=rolled_args).symbolic(args, kwargs, extra)
-        return self._trace(key, args, kwargs)(args, kwargs, extra)
+        return self._trace(key, args, kwargs).run(args, kwargs, extra)
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:
         """The sum over data rows: every traced argument not differentiated (not in ``argnums``)
@@ -1241,15 +1283,21 @@ class Function:
                 return self._summed(len(args), argnums)(*args, **kwargs)
             except (TracingError, NotImplementedError, TypeError):
                 pass  # no rolled form: one row traced, the kernel loops over the rows
-        one_row = lambda key, value: np.asarray(value)[0] if key in counts else value
-        t = self.trace(*(one_row(i, a) for i, a in enumerate(args)),
-                       **{k: one_row(k, v) for k, v in kwargs.items()})
         n = counts[data[0]][0]
-        rows = [np.reshape(pick(key), (n, -1)) for key in t.data_keys]
-        if t._constant_values is not None:  # the NumPy constants fn captured: the same in every row
-            rows.append(np.broadcast_to(t._constant_values, (n, t._constant_values.size)))
-        P = np.hstack(rows).astype(float, copy=False)
-        return t.assemble(t.compiled.sum(t._pack(t.wrt_keys, args, kwargs), P))
+        left, parts = np.arange(n), []
+        while len(left):  # rows by the way Python if / while on their values went: one trace each
+            row = lambda key, value, first=left[0]: np.asarray(value)[first] if key in counts else value
+            t = self.trace(*(row(i, a) for i, a in enumerate(args)), **{k: row(k, v) for k, v in kwargs.items()})
+            rows = [np.reshape(pick(key), (n, -1))[left] for key in t.data_keys]
+            if t._constant_values is not None:  # the NumPy constants fn captured: the same in every row
+                rows.append(np.broadcast_to(t._constant_values, (len(left), t._constant_values.size)))
+            P, x = np.hstack(rows).astype(float, copy=False), t._pack(t.wrt_keys, args, kwargs)
+            same = t.holds(t.conditions(x, P)) if t.guards else np.ones(len(left), bool)
+            if not same[0]:
+                raise RuntimeError(f"{self._who}.sum: a row's traced branch does not hold at that row")
+            parts.append(t.compiled.sum(x, P[same]))
+            left = left[~same]
+        return t.assemble(sum(parts[1:], parts[0]))
 
     def _summed(self, n_args: int, argnums: set) -> Function:
         """The same transform of ``np.sum(vmap(fn)(...))`` over the data rows, traced rolled only."""

@@ -94,3 +94,37 @@ def test_random_piecewise_functions_match_python_and_finite_differences(cuts, a,
         near = min([abs(x - c) for c in cuts] + [1.0])
         if near > 1e-3:
             assert g(x) == pytest.approx(_fd(f, x), rel=1e-5, abs=1e-5)
+
+
+def _signed(w, x):
+    if x[0] > 0:
+        return np.sum(w * x)
+    return 10.0 * np.sum(np.sin(w * x))
+
+
+@pytest.mark.parametrize("n", [3, 300])  # element by element, rolled
+def test_sum_over_rows_takes_each_rows_branch(n):
+    rng = np.random.default_rng(n)
+    w, X = rng.normal(size=n), rng.normal(size=(40, n))
+    vg = sg.value_and_grad(_signed)
+    value, grad = vg.sum(w, X)
+    rows = [vg(w, x) for x in X]
+    assert value == pytest.approx(sum(v for v, _ in rows), rel=1e-12)
+    np.testing.assert_allclose(grad, sum(g for _, g in rows), rtol=1e-12)
+
+
+def test_a_trace_refuses_arguments_that_take_another_branch():
+    vg = sg.value_and_grad(_signed)
+    w = np.ones(3)
+    t = vg.trace(w, np.array([1.0, 2.0, 3.0]))
+    assert t((w, np.array([2.0, 2.0, 3.0])), {})[0] == 7.0
+    with pytest.raises(ValueError, match=r"x\[0\] > 0 is True"):
+        t((w, np.array([-1.0, 2.0, 3.0])), {})
+
+
+def test_each_branch_is_traced_once():
+    g = sg.grad(lambda x: np.sum(x) if x[0] > 0 else -np.sum(x ** 2))
+    for i in range(10):
+        x = np.array([(-1.0) ** i, 2.0])
+        np.testing.assert_array_equal(g(x), [1.0, 1.0] if i % 2 == 0 else -2 * x)
+    assert len(g.explain().splitlines()) == 3  # the name, then one line per trace
