@@ -440,6 +440,30 @@ def _control(g: _Gen) -> tuple[str, tuple] | None:
     ])
 
 
+def _branches(g: _Gen) -> tuple[str, tuple] | None:
+    """Python ``if``, conditional expressions, ``while`` / ``break`` and ``max`` on traced values,
+    decided by the call's values (symgrad/guards.py): each backend must run the branch NumPy runs."""
+    v = g.pick(lambda s: len(s) == 1 and 3 <= s[0])
+    if v is None:
+        return None
+    a, (m,) = v
+    i, j = (int(k) for k in g.rng.integers(0, m, 2))
+    c = round(float(g.rng.normal()), 2)
+    u = g.fresh("u")
+    loop = (f"{u} = {a}\nfor _ in range({int(g.rng.integers(1, 5))}):\n    if np.max(np.abs({u})) < {abs(c)}:\n"
+            f"        break\n    {u} = np.tanh({u}) * 1.5 - 0.1")
+    text, shape = g.choice([
+        (f"{a} * 2.0 if np.sum({a}) > {c} else np.sin({a})", (m,)),
+        (f"{a} * {a}[{i}] if {a}[{i}] > {a}[{j}] else {a} + 1.0", (m,)),
+        (f"max(np.sum({a} ** 2), {abs(c) * m}) * {a}", (m,)),
+        (loop, (m,)),
+    ])
+    if text is loop:
+        g.lines.append(loop)
+        return u, shape
+    return text, shape
+
+
 def _cumsum(g: _Gen) -> tuple[str, tuple] | None:
     a, s = g.pick(lambda s: len(s) >= 1)
     if len(s) == 1:
@@ -592,7 +616,7 @@ def _statistic(g: _Gen) -> tuple[str, tuple] | None:
 
 _MOVES = [(_unary, 4), (_binary, 5), (_gather, 3), (_slice, 2), (_reshape, 2), (_join, 1), (_reduce, 2),
           (_product, 1.5), (_cumsum, 1), (_scan, 1), (_gather2d, 1), (_outer, 0.7), (_nested, 0.7),
-          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1)]
+          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1), (_branches, 1)]
 
 
 def _tie(text: str) -> bool:

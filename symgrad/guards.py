@@ -24,12 +24,12 @@ from symgrad.expr.traverse import substitute
 
 
 class Shadow:
-    """The numbers behind one outermost trace: its symbolic inputs' values, the trace's captured
-    constants, the maps of the traces inside it (their inputs -> the outer expressions they stand
-    for), and the guards decided so far."""
+    """The numbers behind one outermost trace: its symbolic inputs' values, the maps of the traces
+    inside it (their inputs -> the outer expressions they stand for), and the guards decided so far.
+    The trace's captured constants are read as they stand when a condition is decided."""
 
-    def __init__(self, bindings: dict, constants: dict) -> None:
-        self.bindings, self.constants = bindings, constants
+    def __init__(self, bindings: dict) -> None:
+        self.bindings = bindings
         self.maps: list[dict] = []
         self.guards: list[tuple[Expr, bool]] = []
 
@@ -39,7 +39,7 @@ class Shadow:
         if condition.op.name == "const":
             return condition.payload != 0.0
         try:
-            value = interp.evaluate(condition, {**self.bindings, **self.constants})
+            value = interp.evaluate(condition, {**self.bindings, **ndarrays.captured()})
         except ValueError:  # it reads what has no number here (vmap's rows, an index symbol): undecidable
             return None
         if np.ndim(value):
@@ -65,7 +65,7 @@ node.decide = _decide
 
 
 @contextmanager
-def deciding(bindings: dict | None, constants: dict, inner: dict | None) -> Iterator[Shadow | None]:
+def deciding(bindings: dict | None, inner: dict | None) -> Iterator[Shadow | None]:
     """While a function is traced: its conditions decided by ``bindings`` (symbolic input -> value;
     None: no numbers, conditions stay undecidable) where this is the outermost trace, or, inside
     one, through ``inner`` (this trace's inputs -> the outer expressions or numbers they stand for)."""
@@ -83,7 +83,7 @@ def deciding(bindings: dict | None, constants: dict, inner: dict | None) -> Iter
     if bindings is None:
         yield None
         return
-    _active.shadow = Shadow(bindings, constants)
+    _active.shadow = Shadow(bindings)
     try:
         yield _active.shadow
     finally:

@@ -561,7 +561,7 @@ class Trace:
         try:
             with paused_gc(), ndarrays.capturing() as constants, ndarrays.observing() as met, \
                     ndarrays.integers(integer), guards.deciding(
-                        None if fresh else guards.bindings(self._syms, self._values), constants,
+                        None if fresh else guards.bindings(self._syms, self._values),
                         guards.mapping(self._syms, self._values) if fresh else None) as shadow:
                 result = owner.fn(*sym_args, **sym_kwargs)
         finally:

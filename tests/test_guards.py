@@ -128,3 +128,17 @@ def test_each_branch_is_traced_once():
         x = np.array([(-1.0) ** i, 2.0])
         np.testing.assert_array_equal(g(x), [1.0, 1.0] if i % 2 == 0 else -2 * x)
     assert len(g.explain().splitlines()) == 3  # the name, then one line per trace
+
+
+def test_a_condition_on_captured_constants_is_decided_rolled():
+    """The condition reads a NumPy constant the trace captured before it (a scatter's positions)."""
+    def f(x):
+        y = sg.numpy.asarray(x).at[np.array([0, 2, 0])].add(np.sin(x[:3]))
+        return np.sum(y ** 2) if np.sum(y) > 0.5 else np.sum(np.cos(y))
+
+    g = sg.grad(f)
+    for x in (np.linspace(0.0, 1.0, 100), np.linspace(-1.0, 0.0, 100)):
+        h = 1e-6 * np.eye(100)
+        fd = [(f(x + e) - f(x - e)) / 2e-6 for e in h]
+        np.testing.assert_allclose(g(x), fd, rtol=1e-6, atol=1e-8)
+    assert "element by element" not in g.explain()

@@ -74,6 +74,18 @@ def capturing() -> Iterator[dict]:
         _captured.arrays = None
 
 
+def captured() -> dict:
+    """The NumPy constants captured so far by the trace running (node -> values).
+
+    >>> import numpy as np, symgrad as sg
+    >>> with capturing():
+    ...     _ = sg.array("x", 2) * np.array([2.0, 3.0])
+    ...     [values.tolist() for values in captured().values()]
+    [[2.0, 3.0]]
+    """
+    return {node: values for node, values, _ in (_captured.arrays or {}).values()}
+
+
 def tracing() -> bool:
     """Whether a function is being traced (its NumPy constants captured): a scan there is a node.
 
