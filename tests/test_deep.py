@@ -56,3 +56,22 @@ def test_deep_chain_through_functions():
     gx, gy, jy = sg.evaluate([*g, h], {x: 0.4, y: 0.1})
     assert close(gy, jy, rtol=1e-12)
     assert 0 < gy < 2.1 and gx == 0.0  # x's influence vanishes after 50000 contractions (underflow)
+
+
+def test_a_long_loop_through_a_mask_keeps_its_adjoint_one_where_deep():
+    """h = tanh(h * where(x > 0.1, sqrt(x), 0) + c), unrolled 3000 times: each step's adjoint passes
+    the mask (and a guard against its nan partial); nested wheres merge, so nothing recurses down a
+    tower of them (a RecursionError at about 100 steps, found by the fuzzer)."""
+    import numpy as np
+
+    def f(v):
+        x, r = v[0], v[1]
+        m = np.where(x > 0.1, np.sqrt(x), 0.0)
+        h = x
+        for k in range(3000):
+            h = np.tanh(h * m + r * 0.01 * (k % 3))
+        return h
+
+    for v in (np.array([1.5, 0.2]), np.array([0.05, 0.2])):
+        fd = [(f(v + e) - f(v - e)) / 2e-7 for e in 1e-7 * np.eye(2)]
+        assert sg.grad(f, backend="python")(v) == pytest.approx(fd, rel=1e-6, abs=1e-9)

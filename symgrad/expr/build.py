@@ -201,6 +201,26 @@ def _hoist_zeros(name: str) -> Callable:
     return rule
 
 
+_COMPARISONS = frozenset(("lt", "le", "gt", "ge", "eq", "ne"))
+
+
+def _nested_where(c: Expr, a: Expr, b: Expr) -> Expr | None:
+    """where(c1, where(c2, p, 0), 0) -> where(c1 and c2, p, 0), either branch live at either level:
+    an adjoint passing through many masks (a where in a long unrolled loop) stays one level deep, where
+    a tower would make each later product recurse down it. Only for 0/1 comparisons over no index
+    (the rolled rules match a mask by its condition)."""
+    outer = 1 if _is(b, 0.0) else 2 if _is(a, 0.0) else None
+    inner = (a, b)[outer - 1] if outer else None
+    side = _zero_where(inner) if inner is not None else None
+    if side is None:
+        return None
+    c2 = inner.args[0]
+    if c.op.name not in _COMPARISONS or c2.op.name not in _COMPARISONS or c.free or c2.free:
+        return None
+    both = (c if outer == 1 else ops.eq(c, 0.0)) * (c2 if side == 1 else ops.eq(c2, 0.0))
+    return ops.where(ops.ne(both, 0.0), inner.args[side], 0.0)
+
+
 def _mul_where(a: Expr, b: Expr) -> Expr | None:
     out = _push_into_where(b, lambda p: a * p)
     return out if out is not None else _push_into_where(a, lambda p: p * b)
@@ -281,6 +301,7 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
         lambda c, a, b: (a if c.payload != 0 else b) if c.op is _CONST else None,
         lambda c, a, b: ops.where(c, a.args[1], b) if _of(a, "where") and a.args[0] is c else None,
         lambda c, a, b: ops.where(c, a, b.args[2]) if _of(b, "where") and b.args[0] is c else None,
+        _nested_where,
     ),
     "stop_gradient": (lambda a: a if _of(a, "stop_gradient") else None,),
     **{name: (_hoist_zeros(name),) for name in ("sum", "max", "min")},
