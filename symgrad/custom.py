@@ -59,8 +59,8 @@ class _Units:
         """The leaves with ``values`` in the traced scalars' places (``zeros``: 0.0 elsewhere, a
         tangent's or cotangent's leaves)."""
         out = [_zeros(leaf) if zeros else leaf for leaf in self.leaves]
-        out = [object_array(leaf.ravel()).reshape(leaf.shape) if isinstance(leaf, np.ndarray) else leaf
-               for leaf in out]
+        out = [object_array(leaf.ravel()).reshape(leaf.shape).copy() if isinstance(leaf, np.ndarray) else leaf
+               for leaf in out]  # (a copy: the caller's array keeps its values)
         for (k, j), v in zip(self.where, values):
             if j is None:
                 out[k] = v
@@ -121,7 +121,7 @@ class _Custom:
             primals[i] = v
         _inside.rules.append(self)
         try:  # (a Python if in the function or its rule: decided by the arguments' values, as guards)
-            with guards.deciding(None, {}, dict(zip(inputs, ins.units))):
+            with guards.deciding(None, dict(zip(inputs, ins.units))):
                 out = self.fun(*primals)
                 out_leaves, out_tree = pytree.flatten(out)
                 outs = _Units(out_leaves, f"{self.name}'s result")

@@ -46,7 +46,7 @@ import numpy as np
 from symgrad import guards, pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
-from symgrad.expr import ndarrays, rolled
+from symgrad.expr import ndarrays, ops, rolled
 from symgrad.expr.build import Var
 from symgrad.expr.functions import SymArray, wrap
 from symgrad.expr.node import Expr, TracingError, paused_gc
@@ -500,12 +500,32 @@ def _pieces(flat: np.ndarray, blocks: list[tuple[tuple, Any]]) -> list:
 
 
 def _scalar_at(k: int, kind: type, flat: np.ndarray) -> Any:
+    if kind is np.int64:
+        _exact(flat[k:k + 1])
     return kind(flat[k])
 
 
 def _block_at(where: slice, shape: tuple, dtype: Any, flat: np.ndarray) -> np.ndarray:
     piece = flat[where] if len(shape) == 1 else flat[where].reshape(shape)
+    if dtype is not None and dtype.kind == "i":
+        _exact(piece)
     return piece if dtype is None else piece.astype(dtype)
+
+
+def _exact_input(parts: list, who: str) -> None:
+    """An integer argument beyond 2**53 would be rounded on its way into the float64 kernel: refused."""
+    for values in parts:
+        if values.dtype.kind in "iuO" and values.size and np.max(np.abs(values)) >= 2**53:
+            raise OverflowError(f"{who}: an integer argument holds {np.max(np.abs(values))}, beyond 2**53 where "
+                                "symgrad's float64 arithmetic is no longer exact")
+
+
+def _exact(values: np.ndarray) -> None:
+    """Integers computed in float64 are exact below 2**53: an integer result beyond is refused."""
+    if values.size and not np.max(np.abs(values)) < 2.0 ** 53:
+        big = values.flat[np.argmax(np.abs(values))]
+        raise OverflowError(f"an integer result {big:.17g} is not exact in symgrad's float64 arithmetic (beyond "
+                            "2**53, or an integer // 0): compute it with NumPy, outside the traced function")
 
 
 def _refuse_fragments(outputs: list[Expr], who: str) -> None:
@@ -539,6 +559,7 @@ class Trace:
         self._syms: list = []  # every traced leaf, symbolic, and the value it stands for in this call
         self._values: list = []
         self.floats: list[np.dtype] = []  # the float dtypes of the array arguments (results follow them)
+        self.ints: set[Expr] = set()  # the symbols of integer arguments (jit's integer results follow them)
         self.statics: list = []  # static arguments' values (a callable or an object may capture values too)
         sym_args = [self._argument(names[i], i, a, tag, len(args)) for i, a in enumerate(args)]
         sym_kwargs = {k: self._argument(k, k, v, tag, len(args)) for k, v in kwargs.items()}
@@ -564,6 +585,7 @@ class Trace:
                         None if fresh else guards.bindings(self._syms, self._values),
                         guards.mapping(self._syms, self._values) if fresh else None) as shadow:
                 result = owner.fn(*sym_args, **sym_kwargs)
+                self.floats_met = ndarrays.floats_met()
         finally:
             _tracing.depth -= 1
         self.guards = shadow.guards if shadow is not None else []  # conditions decided by this call's values
@@ -621,8 +643,10 @@ class Trace:
             shapes.append(shape)
             dtypes.append(dtype)
             syms.append(_symbolic_leaf(f"{name}{tag}{path}", shape, self.indexed))
-            if isinstance(syms[-1], Expr) and ndarrays.holds_integers(leaf):
-                integer.append(syms[-1])
+            if ndarrays.holds_integers(leaf):
+                if isinstance(syms[-1], Expr):
+                    integer.append(syms[-1])
+                self.ints.update(as_expr_list(syms[-1]))
             if isinstance(leaf, np.ndarray | np.floating) and leaf.dtype.kind == "f":  # (Python floats: weak)
                 self.floats.append(leaf.dtype)
         self.slots[key] = _Slot(treedef, shapes, dtypes, syms, integer)
@@ -797,6 +821,8 @@ class Trace:
         if self._single:
             key = self.wrt_keys[0]
             x = np.ravel(kwargs[key] if isinstance(key, str) else args[key])
+            if self.ints:
+                _exact_input([x], self.owner._who)
         else:
             x = self._pack(self.wrt_keys, args, kwargs)
         p = self._pack(self.data_keys, args, kwargs)
@@ -840,6 +866,8 @@ class Trace:
                 parts.append(np.ravel(value))
             else:
                 parts.extend(np.ravel(leaf) for leaf in pytree.flatten(value)[0])
+        if self.ints:
+            _exact_input(parts, self.owner._who)
         return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else compiled._EMPTY
 
     def _extra_values(self, extra: Any) -> list:
@@ -902,8 +930,23 @@ def _result_dtype(t: Trace) -> Any:
     return None if dtype is None or dtype == _F64 else dtype
 
 
+def _output_dtype(t: Trace, exprs: list) -> Any:
+    """NumPy's dtype of one of jit's results where it is not a float: bool for comparisons, int64 for
+    integer arithmetic on integer arguments (computed in float64: exact below 2**53, checked) in a
+    function where no float met a traced value (``n * 1.0`` is ``n`` in the graph, a float in NumPy)."""
+    bodies = [e.args[0] if e.op.name == "tensor" else e for e in exprs if isinstance(e, Expr)]
+    if not bodies or len(bodies) < len(exprs):
+        return None
+    if all(b.op.name in ops.COMPARISONS for b in bodies):
+        return np.dtype(bool)
+    if t.ints and not t.floats_met and all(ndarrays.integer_valued(b, t.ints) for b in bodies):
+        return np.dtype(np.int64)
+    return None
+
+
 def _jit(t: Trace, c: _Outputs) -> tuple:
-    return c.outs, None, [(s, _result_dtype(t)) for s in c.shapes], c.Out
+    blocks = [(shape, _output_dtype(t, exprs) or _result_dtype(t)) for exprs, shape in t.outputs]
+    return c.outs, None, blocks, c.Out
 
 
 def _grad(t: Trace, c: _Outputs) -> tuple:

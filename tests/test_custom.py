@@ -112,6 +112,11 @@ def test_a_bwd_that_clips_the_cotangent():
     np.testing.assert_allclose(sg.vmap(sg.grad(clip_sin))(xs), want, rtol=1e-15)
     with pytest.raises(TypeError, match="not linear in the cotangent"):
         sg.jvp(clip_sin, (1.0,), (1.0,))
+    # a derivative of the gradient differentiates fwd (the identity) and the clip as written, as JAX's:
+    # d/dx clip(cos x) is -sin x inside the bounds, 0 where clipped (not the clip of -sin x)
+    for x in (1.0, 3.0):
+        want = -np.sin(x) if abs(np.cos(x)) < 0.75 else 0.0
+        assert sg.grad(sg.grad(clip_sin))(x) == pytest.approx(want, rel=1e-15, abs=1e-300)
 
 
 def test_nondiff_function_argument_and_defjvps():
@@ -166,6 +171,17 @@ def test_arrays(n):
     x = np.linspace(-3.0, 50.0, n)
     g = sg.grad(lambda v: np.sum(log1pexp(v) * np.arange(n)))(x)
     np.testing.assert_allclose(g, _sigmoid(x) * np.arange(n), rtol=1e-13)
+
+
+@pytest.mark.parametrize("n", [3, 100])  # element by element, rolled
+def test_nested_derivatives_of_arrays_and_the_argument_left_untouched(n):
+    """The call must not write its placeholders into the caller's array (it did, element by element:
+    Jacobians of gradients came back zero, and a later use of the array read placeholders)."""
+    x = np.linspace(0.5, 2.0, n)
+    h = sg.jacfwd(sg.jacrev(lambda v: np.sum(log1pexp(v))))(x)
+    np.testing.assert_allclose(h, np.diag(_sigmoid(x) * (1.0 - _sigmoid(x))), rtol=1e-13, atol=1e-300)
+    g = sg.grad(lambda v: np.sum(log1pexp(v) * v))(x)
+    np.testing.assert_allclose(g, np.log1p(np.exp(x)) + x * _sigmoid(x), rtol=1e-13)
 
 
 def test_symbolic_calls_print_as_calls_and_evaluate_as_the_function():

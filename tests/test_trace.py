@@ -2,10 +2,11 @@
 NumPy on symbolic values, argument handling and the errors for untraceable code."""
 
 import math
+import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
@@ -251,6 +252,43 @@ def test_results_follow_the_float_dtype_of_the_array_arguments(n):
     assert type(value) is np.float32 and grad.dtype == np.float32
     assert sg.jit(lambda x, y: x * y)(x32, np.ones(n)).dtype == np.float64
     assert sg.jit(lambda x: x * 2.0)(np.arange(n)).dtype == np.float64
+
+
+_INT_LEAVES = st.sampled_from(["a", "b", "3", "-2", "(a // 3)", "np.abs(b)"])
+
+
+def _int_expr(children):
+    return st.one_of(
+        st.tuples(children, st.sampled_from(["+", "-", "*"]), children).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(children, st.sampled_from(["//", "%"]), children).map(
+            lambda t: f"({t[0]} {t[1]} (np.abs({t[2]}) + 1))"),
+        st.tuples(st.sampled_from(["np.minimum", "np.maximum"]), children, children).map(
+            lambda t: f"{t[0]}({t[1]}, {t[2]})"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.recursive(_INT_LEAVES, _int_expr, max_leaves=6).filter(lambda t: re.search(r"\b[ab]\b", t)),
+       st.sampled_from([4, 100]),
+       st.sampled_from(["", " > 2", " * 1.0", " / 2"]))
+def test_integer_arithmetic_under_jit_gives_numpys_values_and_dtypes(text, n, tail):
+    """Integer arguments combined by + - * // % min max give NumPy's int64 (comparisons: bool; a
+    float operand or / : float64), exactly, element by element and rolled."""
+    f = eval(f"lambda a, b: {text}{tail}")
+    rng = np.random.default_rng(n)
+    a, b = rng.integers(-50, 50, n), rng.integers(-50, 50, n)
+    assume(not np.array_equal(f(a, b), f(a + 1, b - 1)))  # (a - a folds to the float 0.0: not NumPy's int)
+    want, got = f(a, b), sg.jit(f, backend="vm")(a, b)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_integers_beyond_two_to_the_53_are_refused():
+    f = sg.jit(lambda a: a % 7)
+    assert f(np.array([2**52, 9])).tolist() == [2**52 % 7, 2]
+    with pytest.raises(OverflowError, match="beyond 2\\*\\*53"):
+        f(np.array([2**60 + 1, 9]))
+    with pytest.raises(OverflowError, match="beyond 2\\*\\*53"):
+        sg.jit(lambda a: a * a)(np.array([2**30, 1]))
 
 
 @pytest.mark.parametrize("n", [5, 100])  # element by element, rolled

@@ -201,9 +201,6 @@ def _hoist_zeros(name: str) -> Callable:
     return rule
 
 
-_COMPARISONS = frozenset(("lt", "le", "gt", "ge", "eq", "ne"))
-
-
 def _nested_where(c: Expr, a: Expr, b: Expr) -> Expr | None:
     """where(c1, where(c2, p, 0), 0) -> where(c1 and c2, p, 0), either branch live at either level:
     an adjoint passing through many masks (a where in a long unrolled loop) stays one level deep, where
@@ -215,7 +212,7 @@ def _nested_where(c: Expr, a: Expr, b: Expr) -> Expr | None:
     if side is None:
         return None
     c2 = inner.args[0]
-    if c.op.name not in _COMPARISONS or c2.op.name not in _COMPARISONS or c.free or c2.free:
+    if c.op.name not in ops.COMPARISONS or c2.op.name not in ops.COMPARISONS or c.free or c2.free:
         return None
     both = (c if outer == 1 else ops.eq(c, 0.0)) * (c2 if side == 1 else ops.eq(c2, 0.0))
     return ops.where(ops.ne(both, 0.0), inner.args[side], 0.0)
@@ -256,7 +253,7 @@ _LOOKED_AT = {_CONST, ops.neg, ops.sub, ops.where, ops.stop_gradient, ops.add}
 RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
     "add": (
         lambda a, b: b if _is(a, 0.0) else None,
-        lambda a, b: 2.0 * a if a is b else None,
+        lambda a, b: apply(ops.mul, (2.0, a)) if a is b else None,  # (not 2.0 * a: a float operand of user code)
         lambda a, b: ops.sub(b, -a.payload) if _neg_const(a) else None,
         lambda a, b: ops.sub(a, b.args[0]) if _of(b, "neg") else None,
         lambda a, b: ops.sub(b, a.args[0]) if _of(a, "neg") else None,
@@ -274,7 +271,7 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
         lambda a, b: a if _is(a, 0.0) else None,
         lambda a, b: b if _is(a, 1.0) else None,
         lambda a, b: ops.neg(b) if _is(a, -1.0) else None,
-        lambda a, b: (a.payload * b.args[0].payload) * b.args[1]
+        lambda a, b: apply(ops.mul, (a.payload * b.args[0].payload, b.args[1]))
         if a.op is _CONST and _of(b, "mul") and b.args[0].op is _CONST else None,
         lambda a, b: ops.neg(a.args[0] * b) if _of(a, "neg") else None,
         lambda a, b: ops.neg(a * b.args[0]) if _of(b, "neg") else None,

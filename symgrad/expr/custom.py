@@ -93,8 +93,10 @@ def cotangents(node: Expr, g: Expr) -> list[Expr | None] | None:
     return [None, *values]
 
 
-def plain(roots: list[Expr]) -> list[Expr]:
-    """``roots`` with every custom node replaced by its value: what backends compute."""
+def plain(roots: list[Expr], reverse_only: bool = False) -> list[Expr]:
+    """``roots`` with every custom node replaced by its value: what backends compute. ``reverse_only``:
+    only the nodes of a rule that clips the cotangent, in a derivative's graph, where a derivative
+    of it differentiates fwd as written (JAX's semantics), not the clipping again."""
     if not _made:
         return roots
     order = topo_order(roots)
@@ -102,7 +104,7 @@ def plain(roots: list[Expr]) -> list[Expr]:
         return roots
     new: dict[Expr, Expr] = {}
     for node in order:
-        if node.op is ops.custom:
+        if node.op is ops.custom and (not reverse_only or node.payload.cotangent is not None):
             new[node] = new.get(node.args[0], node.args[0])
         elif node.args:
             args = tuple(new.get(a, a) for a in node.args)

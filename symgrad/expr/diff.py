@@ -152,7 +152,7 @@ def _reverse(outputs: list[Expr], wrt: list[Expr]) -> list[list[Expr]]:
     with progress(len(order) * len(outputs), "gradient") as update:  # at most: sweeps share nodes
         for out in outputs:
             sweep = (order if len(outputs) == 1 else topo_order([out])) if out in active else []
-            rows.append(_sweep(out, sweep, wrt, active, update, trees=trees))
+            rows.append(custom.plain(_sweep(out, sweep, wrt, active, update, trees=trees), reverse_only=True))
     return rows
 
 

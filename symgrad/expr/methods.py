@@ -39,6 +39,7 @@ def _operator(name: str, reflected: bool = False) -> Callable:
         if not isinstance(other, Expr | Real | np.bool_):
             return NotImplemented
         args = (other, self) if reflected else (self, other)
+        ndarrays.note_operands(args)
         if self.op.array_valued or isinstance(other, Expr) and other.op.array_valued:
             return ndarrays.elementwise(lambda a, b: apply(op, (a, b)), args)
         return apply(op, args)

@@ -44,6 +44,7 @@ class _Captured(threading.local):
     arrays: dict | None = None
     integers: frozenset = frozenset()
     seen: dict | None = None
+    floats_met = False  # whether a float number or array met a traced value (jit's int results then floats)
 
 
 _captured = _Captured()
@@ -65,13 +66,33 @@ def capturing() -> Iterator[dict]:
     if outer is not None:
         yield {}
         return
-    _captured.arrays = {}
+    _captured.arrays, _captured.floats_met = {}, False
     found: dict = {}
     try:
         yield found
     finally:
         found.update((node, values) for node, values, _ in _captured.arrays.values())
         _captured.arrays = None
+
+
+def note_operands(args: tuple) -> None:
+    """While tracing, whether a float (a Python or NumPy float, a float array) is an operand: NumPy's
+    result is then a float whatever its value (``n * 1.0``), which the graph (``n``) no longer says."""
+    if _captured.arrays is not None and not _captured.floats_met:
+        _captured.floats_met = any(isinstance(a, float | np.floating) or isinstance(a, np.ndarray) and
+                                   a.dtype.kind == "f" for a in args)
+
+
+def floats_met() -> bool:
+    """Whether ``note_operands`` saw a float operand in the trace running.
+
+    >>> import symgrad as sg
+    >>> with capturing():
+    ...     _ = sg.array("n", 2) * 2
+    ...     floats_met()
+    False
+    """
+    return _captured.floats_met
 
 
 def captured() -> dict:
@@ -164,19 +185,40 @@ def integral(e: Any) -> bool:
     ...     integral((i + 1) % 5), integral(i / 2)
     (True, False)
     """
-    if not isinstance(e, Expr) or e.op.array_valued:
-        return False
-    known, stack, found = _captured.integers, [e], False
+    return isinstance(e, Expr) and not e.op.array_valued and integer_valued(e, _captured.integers)
+
+
+_FOLLOWED = {"load": slice(0, 1), "where": slice(1, 3), "tensor": slice(0, 1), "sum": slice(0, 1),
+             "max": slice(0, 1), "min": slice(0, 1), "cumsum": slice(0, 1)}  # the operands that give the value
+
+
+def integer_valued(e: Expr, known: frozenset | set) -> bool:
+    """Whether ``e`` (a scalar, or a rolled array's elements) holds integers: computed from ``known``
+    (integer variables and arrays) and index symbols with + - * % // abs min max, where, gathers, sums
+    and whole constants, at least one of ``known`` among them (``3.0`` alone is a float).
+
+    >>> import symgrad as sg
+    >>> n, x = sg.array("n", 4), sg.Var("x")
+    >>> integer_valued(sg.sum(n[1:] // 2), {n}), integer_valued(n[0] * x, {n})
+    (True, False)
+    """
+    stack, seen, found = [e], set(), False
     while stack:
         n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        name = n.op.name
         if n in known:
             found = True
-        elif n.op.name == "const":
-            if n.payload != int(n.payload):
+        elif name == "const":
+            if not float(n.payload).is_integer():
                 return False
-        elif n.op.name in _INTEGER_OPS:
+        elif name in _INTEGER_OPS:
             stack.extend(n.args)
-        else:
+        elif name in _FOLLOWED:
+            stack.extend(n.args[_FOLLOWED[name]])
+        elif name != "index":
             return False
     return found
 
@@ -289,6 +331,7 @@ def elementwise(fn: Any, args: tuple) -> Any:
     >>> (x * y).shape  # elementwise(mul, (x, y)): x[i, j] * y[j]
     (2, 3)
     """
+    note_operands(args)
     args = tuple(map(operand, args))
     shapes = [a.shape if is_array(a) else () for a in args]
     try:

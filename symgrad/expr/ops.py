@@ -266,6 +266,7 @@ eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None),
 ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), ufunc=np.not_equal,
           commutative=True, to_sympy=_sympy_cmp("Ne"), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0",
           **_infix(" != ", CMP, CMP + 1, CMP + 1, r" \neq "), finite=True)
+COMPARISONS = frozenset(("lt", "le", "gt", "ge", "eq", "ne"))  # 0/1 valued, no derivative
 where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
              (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
              to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
