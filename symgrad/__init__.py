@@ -6,12 +6,14 @@
 [y + cos(x), x]
 """
 
+import sys as _sys
 from types import ModuleType as _ModuleType
 
 from symgrad import compile, lax, numpy, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad.ad_checkpoint import checkpoint, checkpoint_name, checkpoint_policies, remat
 from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule
-from symgrad.check import GradCheckReport, GradientCheckError, check_grad
+from symgrad.check import GradCheckReport, GradientCheckError, check_grad, check_grads
 from symgrad.compile.function import Compiled
 from symgrad.compile.program import Program
 from symgrad.control import cond, fori_loop, switch, while_loop
@@ -94,6 +96,9 @@ stop_gradient = _FUNCS["stop_gradient"]
 lt, le, gt, ge, eq, ne = (_FUNCS[n] for n in ("lt", "le", "gt", "ge", "eq", "ne"))
 
 tree_util = tree = pytree  # JAX's jax.tree_util.tree_map and jax.tree.map: sg.tree_util.tree_map, sg.tree.map
+# (and as modules: `from symgrad.tree_util import tree_flatten`, as from jax.tree_util)
+_sys.modules.setdefault("symgrad.tree_util", pytree)
+_sys.modules.setdefault("symgrad.tree", pytree)
 
 __version__ = "0.1.0"
 

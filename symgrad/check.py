@@ -11,7 +11,7 @@ which smooth piece each kink op is on, and a change of piece is a kink.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,20 @@ def check_grad(f: Any, *args: Any, argnums: int | Sequence[int] | None = None, o
     wrt, point = args
     return _check_expr(f, wrt, point, grad_exprs=grad_exprs, h=h, rtol=rtol, atol=atol,
                        raise_on_failure=raise_on_failure)
+
+
+def check_grads(f: Callable, args: Sequence, order: int, modes: Any = ("fwd", "rev"), atol: float | None = None,
+                rtol: float | None = None, eps: float | None = None) -> None:
+    """JAX's ``jax.test_util.check_grads``: raise ``GradientCheckError`` (an AssertionError) where a
+    derivative of ``f`` at ``args`` up to ``order`` disagrees with finite differences (``check_grad``
+    with ``raise_on_failure=True``; symgrad's derivatives are exact in every mode, so ``modes`` is
+    accepted as it is).
+
+    >>> import numpy as np, symgrad as sg
+    >>> sg.check_grads(lambda x: np.sum(np.tanh(x) ** 2), (np.array([0.3, -1.2]),), order=2)
+    """
+    check_grad(f, *args, order=order, h=eps, rtol=1e-6 if rtol is None else rtol,
+               atol=1e-8 if atol is None else atol, raise_on_failure=True)
 
 
 def _floats(tree: Any) -> bool:

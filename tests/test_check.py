@@ -76,3 +76,31 @@ def test_order_two_finds_a_wrong_second_derivative():
 def test_kinks_of_functions_are_found_from_the_function_itself():
     report = sg.check_grad(lambda x: np.sum(np.abs(x - 0.5) ** 3 + np.maximum(x, 0)), np.linspace(-1, 1, 5))
     assert report.status == ["ok", "ok", "kink", "ok", "ok"]  # |x - 0.5|**3 is smooth enough at 0.5
+
+
+def test_check_grads_raises_as_jaxs_does():
+    sg.check_grads(lambda x, y: np.sum(np.sin(x) * y ** 2), (np.array([0.3, -1.2]), 0.7), order=2)
+
+    @sg.custom_jvp
+    def wrong(x):
+        return np.sin(x)
+
+    wrong.defjvps(lambda t, ans, x: 2.0 * np.cos(x) * t)  # twice the derivative
+    with pytest.raises(AssertionError):
+        sg.check_grads(wrong, (0.4,), order=1)
+
+
+def test_checkpoint_and_tree_util_port_unchanged():
+    from symgrad.tree_util import tree_flatten
+
+    from symgrad.ad_checkpoint import checkpoint_name
+
+    @sg.checkpoint
+    def layer(w, x):
+        return checkpoint_name(np.tanh(w * x), "h")
+
+    deep = sg.checkpoint(layer, policy=sg.checkpoint_policies.save_only_these_names("h"))
+    f = lambda w: np.sum(deep(w, layer(w, np.linspace(0.0, 1.0, 5))))  # noqa: E731
+    w = 0.8
+    assert sg.grad(f)(w) == pytest.approx((f(w + 1e-6) - f(w - 1e-6)) / 2e-6, rel=1e-7)
+    assert tree_flatten({"a": 1.0, "b": (2.0,)})[0] == [1.0, 2.0]

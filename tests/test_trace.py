@@ -297,3 +297,9 @@ def test_a_traced_boolean_mask_is_refused_with_the_way_around(n):
     with pytest.raises(sg.TracingError, match=r"traced boolean mask.*np.where\(mask, a, 0.0\)"):
         sg.grad(lambda a: np.sum(a[a > 1]))(a)
     np.testing.assert_array_equal(sg.grad(lambda a: np.sum(np.where(a > 1, a, 0.0)))(a), (a > 1) * 1.0)
+
+
+@pytest.mark.parametrize("x", [2.0, np.array([1.0, 2.0])])  # a traced scalar, a small array
+def test_zeros_like_and_kin_of_traced_values(x):
+    f = lambda x: np.sum(x + np.zeros_like(x) + np.full_like(x, 2.0) * x * np.ones_like(x))  # noqa: E731
+    np.testing.assert_allclose(sg.grad(f)(x), 3.0 * np.ones_like(x))

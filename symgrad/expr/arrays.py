@@ -309,6 +309,20 @@ _OVERRIDES: dict[Any, Callable] = {
 _OVERRIDES[np.around] = _OVERRIDES[np.round]
 
 
+def _scalar_like(func: Any, fill: float | None) -> Callable:
+    """``np.zeros_like`` and its kin of a symbolic scalar: the number (NumPy's own code fails on it)."""
+    def like(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(a, Expr) and not kwargs.get("shape"):
+            value = fill if fill is not None else (args[0] if args else kwargs["fill_value"])
+            return float(value) if isinstance(value, int | float | np.number) else value
+        return wrap(func._implementation(a, *args, **kwargs))
+    return like
+
+
+_OVERRIDES.update({f: _scalar_like(f, fill) for f, fill in (
+    (np.zeros_like, 0.0), (np.ones_like, 1.0), (np.empty_like, 0.0), (np.full_like, None))})
+
+
 def array_function(func: Any, args: tuple, kwargs: dict) -> Any:
     """NumPy's ``__array_function__`` for symbolic arguments."""
     _observe(args)
