@@ -129,3 +129,25 @@ def test_a_loop_counter_indexes_and_updates_arrays_in_one_scan(backend):
     np.testing.assert_allclose(g, [(reference(x + eps * e) - reference(x - eps * e)) / (2 * eps)
                                    for e in np.eye(n)], atol=1e-8)
     assert F._latest().indexed and sg.count_nodes(list(F._latest().flat)) < 100
+
+
+def test_a_bounded_loop_reading_another_loops_result_differentiates_in_linear_size():
+    """Newton's square root, then a fixed point that reads it (JAX's custom_vjp fixed-point example
+    without its rule): each step's adjoint is a masked sum; distributing products over masked sums
+    inside other distributions made the work double every two steps (N=16: 30 s)."""
+    def fp(step, x0, n):
+        _, x = sg.while_loop(lambda c: np.abs(c[0] - c[1]) > 1e-6, lambda c: (c[1], step(c[1])),
+                             (x0, step(x0)), max_steps=n)
+        return x
+
+    def h(a, n):
+        s = fp(lambda x: 0.5 * (x + a / x), a, n)
+        return fp(lambda u: 1.0 + 0.25 * u * s, 1.0, n)
+
+    sizes = []
+    for n in (20, 40):
+        g = sg.grad(h, static_argnums=1)
+        fd = (h(2.0 + 1e-6, n) - h(2.0 - 1e-6, n)) / 2e-6
+        assert g(2.0, n) == pytest.approx(fd, rel=1e-7)
+        sizes.append(sg.count_nodes(g.derivatives))
+    assert sizes[1] < 2.5 * sizes[0]

@@ -11,6 +11,7 @@ untaken branch never reaches a gradient.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from numbers import Real
 from typing import Any
@@ -227,6 +228,8 @@ def _mul_masked_sum(a: Expr, b: Expr) -> Expr | None:
     """x * (where(c1, p, 0) + where(c2, q, 0)) -> where(c1, x*p, 0) + where(c2, x*q, 0), up to
     ``MASKED_TERMS`` terms: an adjoint gathered from several masked sites times a nan partial (sqrt's
     where its branch is not taken) stays 0 where every mask is off."""
+    if _distributing.depth:  # (x * p inside another distribution: left a product, or the terms multiply)
+        return None
     for total, x in ((b, a), (a, b)):
         terms, stack = [], [total]
         while stack and len(terms) + len(stack) <= MASKED_TERMS:  # (each on the stack holds a term or more)
@@ -236,11 +239,22 @@ def _mul_masked_sum(a: Expr, b: Expr) -> Expr | None:
             else:
                 terms.append(node)
         if total.op is ops.add and not stack and len(terms) <= MASKED_TERMS and all(map(_zero_where, terms)):
-            out = _push_into_where(terms[0], lambda p, x=x: x * p)
-            for t in terms[1:]:
-                out = out + _push_into_where(t, lambda p, x=x: x * p)
+            _distributing.depth += 1
+            try:
+                out = _push_into_where(terms[0], lambda p, x=x: x * p)
+                for t in terms[1:]:
+                    out = out + _push_into_where(t, lambda p, x=x: x * p)
+            finally:
+                _distributing.depth -= 1
             return out
     return None
+
+
+class _Distributing(threading.local):
+    depth = 0  # the products being distributed over masked sums (one level: nested ones multiply the work)
+
+
+_distributing = _Distributing()
 
 
 MASKED_TERMS = 4
