@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as _np
 
+from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr
 from symgrad.expr.updates import At
 
@@ -41,7 +42,9 @@ def _making(make: Callable) -> Callable:
                 args[0], _np.ndarray) and args[0].dtype == object):
             return args[0]  # a traced array already has .at (NumPy's conversion would take it apart)
         out = make(*args, **kwargs)
-        return out.view(Array) if type(out) is _np.ndarray and out.dtype != object else out
+        if type(out) is _np.ndarray and out.dtype == object:  # traced scalars among numbers: NumPy's
+            return wrap(out)  # ufuncs would call .exp() on the numbers; a SymArray applies symgrad's
+        return out.view(Array) if type(out) is _np.ndarray else out
     return made
 
 

@@ -95,3 +95,10 @@ def test_symgrad_numpy_arrays_have_at_and_everything_else_is_numpy():
     assert jnp.sin is np.sin and jnp.linalg is np.linalg and jnp.ndarray is np.ndarray
     assert sg.grad(lambda w: jnp.sum(jnp.ones(100).at[jnp.arange(0, 100, 2)].multiply(w) ** 2))(2.0) == 200.0
     assert z.at[2].get() == 0.0
+
+
+def test_jnp_array_of_traced_scalars_and_numbers_takes_ufuncs():
+    """jnp.array([x, 1.0]) then jnp.exp: NumPy's object loop would call .exp() on the 1.0."""
+    f = lambda x: jnp.sum(jnp.exp(jnp.array([x, 1.0])) * jnp.array([2.0, 3.0]))  # noqa: E731
+    assert sg.grad(f)(0.5) == pytest.approx(2.0 * np.exp(0.5), rel=1e-15)
+    assert sg.jit(f)(0.5) == pytest.approx(2.0 * np.exp(0.5) + 3.0 * np.e, rel=1e-15)
