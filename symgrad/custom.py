@@ -25,6 +25,7 @@ from symgrad import guards, pytree
 from symgrad.expr import custom, ndarrays, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.diff import grad
+from symgrad.expr.functions import SymArray
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.traverse import object_array, substitute, topo_order
 
@@ -59,8 +60,9 @@ class _Units:
         """The leaves with ``values`` in the traced scalars' places (``zeros``: 0.0 elsewhere, a
         tangent's or cotangent's leaves)."""
         out = [_zeros(leaf) if zeros else leaf for leaf in self.leaves]
-        out = [object_array(leaf.ravel()).reshape(leaf.shape).copy() if isinstance(leaf, np.ndarray) else leaf
-               for leaf in out]  # (a copy: the caller's array keeps its values)
+        out = [object_array(leaf.ravel()).reshape(leaf.shape).copy().view(SymArray) if isinstance(
+            leaf, np.ndarray) else leaf for leaf in out]  # (a copy: the caller's array keeps its values;
+        # a SymArray: np.clip, np.where ... of it are symgrad's, as on the arrays a trace passes)
         for (k, j), v in zip(self.where, values):
             if j is None:
                 out[k] = v
@@ -360,5 +362,7 @@ class custom_vjp(_Custom):  # noqa: N801 (JAX's name)
             return [[column[k] for column in columns] for k in range(len(g))]
         if len(g) != 1:
             raise TypeError(f"{self.name}'s bwd is not linear in the cotangent (it clips it ...): only a "
-                            "function of one scalar result may have such a rule")
+                            f"function of one scalar result may have such a rule, and {self.name} returned "
+                            f"{len(g)} here (an elementwise one applies per element on rolled arrays, of "
+                            "64 elements or more, or under sg.vmap)")
         return (g[0], tuple(outs_ct))
