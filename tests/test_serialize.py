@@ -177,3 +177,11 @@ def test_a_pickled_program_is_checked_and_rekeyed():
         pickle.loads(pickle.dumps(bad))
     vg = pickle.loads(pickle.dumps(sg.value_and_grad(x * y + sg.sin(x), [x, y], backend="vm")))
     assert vg([2.0, 3.0])[0] == pytest.approx(6 + math.sin(2.0), rel=1e-15)
+
+
+def test_a_document_cannot_hold_a_custom_node():
+    """dumps refuses a custom_jvp's rule; loads refuses the op (a mutated document made one with no rule)."""
+    text = ('{"format": "symgrad", "version": 1, "kind": "expr", "nodes": [["var", "x", []], '
+            '["custom", null, [0, 0]]], "outputs": [1]}')
+    with pytest.raises(sg.FormatError, match="custom_jvp"):
+        sg.loads(text)

@@ -245,6 +245,8 @@ def _node(k: int, entry: Any, built: list[Expr], step: bool = False) -> Expr:
     op = OPS.get(name) if isinstance(name, str) else None
     if op is None:
         raise FormatError(f"symgrad JSON: node {k} has the unknown op {str(name)[:40]!r}")
+    if name == "custom":  # (dumps never writes one: a rule is Python code)
+        raise FormatError(f"symgrad JSON: node {k}: a custom_jvp / custom_vjp node, which a document cannot hold")
     if not all(type(i) is int and 0 <= i < k for i in args):
         raise FormatError(f"symgrad JSON: node {k} ({name}) refers to arguments {str(args)[:80]} that are not "
                           "earlier nodes")
