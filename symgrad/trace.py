@@ -892,10 +892,8 @@ class Trace:
         for key, slot in self.slots.items():
             value = kwargs[key] if isinstance(key, str) else args[key]
             for sym, leaf in zip(slot.syms, pytree.flatten(value)[0]):
-                if _is_rolled(sym):
-                    if not _is_rolled(leaf):  # a concrete array beside rolled ones: no rolled constant arrays
-                        raise TracingError(f"{self.owner._who}: a concrete array argument inside a rolled trace")
-                    mapping[sym] = leaf
+                if _is_rolled(sym):  # (a concrete array beside rolled ones: a constant of the trace outside)
+                    mapping[sym] = leaf if _is_rolled(leaf) else ndarrays.operand(np.asarray(leaf, dtype=float))
                     continue
                 mapping.update(zip(as_expr_list(sym), object_array(leaf).ravel().tolist()))
         if self.extra:
@@ -1293,7 +1291,7 @@ class Function:
                 if _tracing.depth:
                     _tracing.called.append(self.fn)  # (the outer trace watches what it captures)
                 return self.fn(*args, **kwargs)
-            rolled_args = any(map(_is_rolled, pytree.flatten((args, kwargs))[0]))
+            rolled_args = any(map(_is_rolled, pytree.flatten((args, kwargs, extra))[0]))  # (vmap of a vjp)
             return Trace(self, args, kwargs, fresh=True, indexed=rolled_args).symbolic(args, kwargs, extra)
         return self._trace(key, args, kwargs).run(args, kwargs, extra)
 

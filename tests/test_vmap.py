@@ -196,3 +196,22 @@ def test_in_axes_as_a_pytree_prefix(n):
         sg.vmap(lambda p: p["w"], in_axes=({"z": 0},))(p)
     with pytest.raises(ValueError, match="must be an int or None"):
         sg.vmap(lambda p: p["w"], in_axes=({"w": "a", "b": 0},))(p)
+
+
+def test_vmap_of_a_vjp_and_of_a_jvp_stay_rolled():
+    """JAX's matrix-Jacobian products (vmap(vjp_fun)(M)): the cotangent rows are rolled, the primal a
+    NumPy constant of the vmap's trace (it went element by element: 20 s at 120 x 70)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    inputs, W = rng.normal(size=(120, 70)), rng.normal(size=70)
+    f = lambda W: 0.5 * (np.tanh(np.dot(inputs, W) / 2) + 1)  # noqa: E731
+    s = f(W) * (1 - f(W))  # the sigmoid's derivative
+    M, T = rng.normal(size=(4, 120)), rng.normal(size=(3, 70))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no element-by-element warning)
+        _, vjp_fun = sg.vjp(f, W)
+        (mjp,) = sg.vmap(vjp_fun)(M)
+        jmp = sg.vmap(lambda t: sg.jvp(f, (W,), (t,))[1])(T)
+    np.testing.assert_allclose(mjp, (M * s) @ inputs, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jmp, (T @ inputs.T) * s, rtol=1e-12, atol=1e-14)
