@@ -892,14 +892,15 @@ class Trace:
         for key, slot in self.slots.items():
             value = kwargs[key] if isinstance(key, str) else args[key]
             for sym, leaf in zip(slot.syms, pytree.flatten(value)[0]):
-                if _is_rolled(sym):  # (a concrete array beside rolled ones: a constant of the trace outside)
-                    mapping[sym] = leaf if _is_rolled(leaf) else ndarrays.operand(np.asarray(leaf, dtype=float))
+                if _is_rolled(sym):
+                    mapping[sym] = _rolled_operand(leaf)
                     continue
                 mapping.update(zip(as_expr_list(sym), object_array(leaf).ravel().tolist()))
         if self.extra:
             leaves = self._extra_values(extra)
             if any(map(_is_rolled, self.extra)):  # one rolled array (or variable) per leaf
-                mapping.update(zip(self.extra, leaves))
+                mapping.update((e, _rolled_operand(leaf) if _is_rolled(e) else leaf)
+                               for e, leaf in zip(self.extra, leaves))
             else:
                 values = [v for leaf in leaves for v in object_array(leaf).ravel().tolist()]
                 mapping.update(zip(self.extra, values))
@@ -919,6 +920,12 @@ class _Outputs:
     W: Any  # flat pieces -> the differentiated arguments' structure
     Out: Any  # flat pieces -> the output's structure
     sparse: bool
+
+
+def _rolled_operand(leaf: Any) -> Any:
+    """What stands for a rolled array: a rolled value as it is, a concrete array (beside rolled ones:
+    a vjp's primal under vmap, a jvp's tangent inside grad) as a constant of the trace outside."""
+    return leaf if _is_rolled(leaf) else ndarrays.operand(np.asarray(leaf, dtype=float))
 
 
 def _result_dtype(t: Trace) -> Any:

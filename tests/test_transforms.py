@@ -356,3 +356,18 @@ def test_jacobians_through_gathers_by_integer_arguments(backend):
     counts = np.bincount(idx, minlength=70)[:, None] * np.ones(3)
     np.testing.assert_allclose(np.einsum("abab->ab", H), counts * 2 * np.cos(2 * V), rtol=1e-12, atol=1e-12)
     assert np.count_nonzero(H) == np.count_nonzero(counts)
+
+
+def test_reverse_over_forward_hvp_stays_rolled():
+    """JAX's hvp_revfwd: grad of a jvp whose tangent is a concrete array (it went element by element,
+    warning about var() of an array)."""
+    import warnings
+
+    rng = np.random.default_rng(2)
+    X, V = rng.normal(size=(30, 40)), rng.normal(size=(30, 40))
+    f = lambda X: np.sum(np.tanh(X) ** 2)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (hv,) = sg.grad(lambda p: sg.jvp(f, p, (V,))[1])((X,))
+    t = np.tanh(X)
+    np.testing.assert_allclose(hv, (2 * (1 - t * t) * (1 - 3 * t * t)) * V, rtol=1e-12, atol=1e-14)
