@@ -704,8 +704,10 @@ class Trace:
         return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
 
     def _rolled_matrix(self, rows: list, row_shapes: list, tree: Any, c: _Outputs) -> tuple:
-        """Jacobian / Hessian blocks of rolled arrays: ``rows[a][b]``, one rolled array per (row, input)."""
-        flat = [row[b] for row in rows for b in range(len(self.inputs))]
+        """Jacobian / Hessian blocks of rolled arrays: ``rows[a][b]``, block (row a, input b): one rolled
+        array, or a list of scalars (an output built of scalars, a scalar input)."""
+        flat = [e for row in rows for b in range(len(self.inputs)) for e in (
+            row[b] if isinstance(row[b], list) else [row[b]])]
         blocks = [(ra + sb, db) for ra in row_shapes for sb, db in zip(self.wrt_shapes, self.wrt_dtypes)]
         n_in = len(self.wrt_shapes)
         nest = lambda p: tree([c.W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])  # noqa: E731
@@ -987,8 +989,12 @@ def _vjp(t: Trace, c: _Outputs) -> tuple:
 
 
 def _jacobian(t: Trace, c: _Outputs) -> tuple:
-    if t.indexed:
-        rows = [(symbolic.jacobian if o.op.array_valued else symbolic.grad)(o, t.inputs) for o in c.outs]
+    if t.indexed:  # one row per output block: an array built of scalars has one per scalar, stacked
+        rows = []
+        for exprs, shape in t.outputs:
+            per = [(symbolic.jacobian if o.op.array_valued else symbolic.grad)(o, t.inputs) for o in exprs]
+            rows.append([per[0][b] if len(per) == 1 else _stacked([p[b] for p in per], shape + sb)
+                         for b, sb in enumerate(t.wrt_shapes)])
         return t._rolled_matrix(rows, c.shapes, c.Out, c)
     if c.sparse:
         J = sparse_jacobian(c.outs, t.inputs)
@@ -996,6 +1002,14 @@ def _jacobian(t: Trace, c: _Outputs) -> tuple:
     J = symbolic.jacobian(c.outs, t.inputs) if c.outs and t.inputs else np.empty(
         (len(c.outs), len(t.inputs)), dtype=object)
     return t._matrix(J, c.shapes, c.Out, c.aux, c.aux_blocks)
+
+
+def _stacked(entries: list, shape: tuple) -> Any:
+    """The rows of one Jacobian block (one per scalar of the output) as the block: rolled arrays
+    stacked into one of ``shape``; scalars (of a scalar input) as they are, in order."""
+    if all(_is_rolled(e) for e in entries):
+        return np.reshape(np.stack(entries), shape)
+    return list(entries)
 
 
 def _hessian(t: Trace, c: _Outputs) -> tuple:

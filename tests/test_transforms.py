@@ -371,3 +371,21 @@ def test_reverse_over_forward_hvp_stays_rolled():
         (hv,) = sg.grad(lambda p: sg.jvp(f, p, (V,))[1])((X,))
     t = np.tanh(X)
     np.testing.assert_allclose(hv, (2 * (1 - t * t) * (1 - 3 * t * t)) * V, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("jac", [sg.jacfwd, sg.jacrev])
+def test_jacobians_of_arrays_built_of_scalars_inside_jit(jac):
+    """An output built of traced scalars, a 64-element input (rolled) and a scalar one: under jit the
+    Jacobian's block held only its first row (silently: shape (64,) for (2, 64))."""
+    p = np.linspace(0.1, 1.0, 64)
+
+    def f(p, s):
+        return np.stack([p[0] * p[1] * s, np.sin(p[2])]), (p[3] * s, np.sum(p ** 2))
+
+    want = jac(f, argnums=(0, 1))(p, 0.7)
+    got = sg.jit(jac(f, argnums=(0, 1)))(p, 0.7)
+    assert sg.tree_structure(got) == sg.tree_structure(want)
+    for g, w in zip(sg.tree_leaves(got), sg.tree_leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-14)
+    (dp, ds), _ = want
+    assert dp.shape == (2, 64) and dp[0, 1] == 0.1 * 0.7 and dp[1, 2] == np.cos(p[2]) and ds[0] == p[0] * p[1]
