@@ -102,3 +102,10 @@ def test_jnp_array_of_traced_scalars_and_numbers_takes_ufuncs():
     f = lambda x: jnp.sum(jnp.exp(jnp.array([x, 1.0])) * jnp.array([2.0, 3.0]))  # noqa: E731
     assert sg.grad(f)(0.5) == pytest.approx(2.0 * np.exp(0.5), rel=1e-15)
     assert sg.jit(f)(0.5) == pytest.approx(2.0 * np.exp(0.5) + 3.0 * np.e, rel=1e-15)
+
+
+def test_updates_chain_through_symgrad_numpy_values():
+    """.set(jnp.ones(2)) on a traced array returned a plain object array, without .at (GradBench's ht)."""
+    f = lambda x: jnp.sum(jnp.zeros(4).at[0].set(x[0]).at[1:3].set(jnp.ones(2)).at[3].set(x[1] ** 2))  # noqa: E731
+    np.testing.assert_array_equal(sg.grad(f)(np.array([3.0, 3.0])), [1.0, 6.0])
+    assert sg.jit(f)(np.array([3.0, 3.0])) == 14.0

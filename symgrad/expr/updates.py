@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import ndarrays
+from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr, TracingError
 
 # kind -> (NumPy's ufunc combining an entry with v, None: v replaces it; what the method does)
@@ -127,7 +128,7 @@ def _layer(x: Any, flat: np.ndarray, v: Any, shape: tuple | None, kind: str) -> 
     else:
         values = _values(v, shape) if shape is not None else v
         new = values[np.where(source >= 0, source, 0)].reshape(x.shape)
-    return np.where(hit, _combined(x, new, kind), x)
+    return wrap(np.where(hit, _combined(x, new, kind), x))  # (NumPy's where of an Array and a SymArray: plain)
 
 
 def _added(flat: np.ndarray, v: Any, shape: tuple, x_shape: tuple) -> Any:
