@@ -9,7 +9,14 @@
 import sys as _sys
 from types import ModuleType as _ModuleType
 
-from symgrad import compile, lax, numpy, parse, pytree  # callable modules: sg.compile(...), symgrad.compile.lower
+from symgrad import (  # callable modules: sg.compile(...), symgrad.compile.lower
+    compile,
+    config,  # jax.config for ports
+    lax,
+    numpy,
+    parse,
+    pytree,
+)
 from symgrad.ad_checkpoint import checkpoint, checkpoint_name, checkpoint_policies, remat
 from symgrad.batched import vmap
 from symgrad.callmodule import CallableModule as _CallableModule

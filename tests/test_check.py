@@ -104,3 +104,9 @@ def test_checkpoint_and_tree_util_port_unchanged():
     w = 0.8
     assert sg.grad(f)(w) == pytest.approx((f(w + 1e-6) - f(w - 1e-6)) / 2e-6, rel=1e-7)
     assert tree_flatten({"a": 1.0, "b": (2.0,)})[0] == [1.0, 2.0]
+
+
+def test_jax_config_lines_port():
+    sg.config.update("jax_enable_x64", True)
+    with pytest.raises(ValueError, match="jax_debug_nans"):
+        sg.config.update("jax_debug_nans", True)
