@@ -450,8 +450,9 @@ def _traced(make: Callable[[], Trace]) -> Trace:
 
 
 def _int_use(e: Exception) -> bool:
-    """Whether tracing failed because a traced value was used as a Python integer (a size, a range)."""
-    return isinstance(e, TracingError) and "cannot be used as an integer" in str(e)
+    """Whether tracing may have failed because a traced value was used as a Python integer (a size,
+    a range, np.arange(n), np.zeros(n)): then Python ints are traced again as their values."""
+    return isinstance(e, TracingError | TypeError)
 
 
 def _holds_int(values: Any) -> bool:
@@ -1200,7 +1201,7 @@ class Function:
         if t is None:
             try:
                 t = self._new_trace(args, kwargs)
-            except TracingError as e:  # an int used as a size: traced again, ints specialised on their values
+            except (TracingError, TypeError) as e:  # an int used as a size: traced again, ints as their values
                 if self._ints_static or not _int_use(e) or not _holds_int((args, kwargs)):
                     raise
                 self._ints_static = True
@@ -1313,7 +1314,13 @@ class Function:
                     _tracing.called.append(self.fn)  # (the outer trace watches what it captures)
                 return self.fn(*args, **kwargs)
             rolled_args = any(map(_is_rolled, pytree.flatten((args, kwargs, extra))[0]))  # (vmap of a vjp)
-            return Trace(self, args, kwargs, fresh=True, indexed=rolled_args).symbolic(args, kwargs, extra)
+            try:
+                return Trace(self, args, kwargs, fresh=True, indexed=rolled_args).symbolic(args, kwargs, extra)
+            except (TracingError, TypeError):
+                if self._ints_static or not _holds_int((args, kwargs)):
+                    raise
+                self._ints_static = True  # (an int used as a size: traced again, ints as their values)
+                return self.call(args, kwargs, extra)
         return self._trace(key, args, kwargs).run(args, kwargs, extra)
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:

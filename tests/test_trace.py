@@ -303,3 +303,17 @@ def test_a_traced_boolean_mask_is_refused_with_the_way_around(n):
 def test_zeros_like_and_kin_of_traced_values(x):
     f = lambda x: np.sum(x + np.zeros_like(x) + np.full_like(x, 2.0) * x * np.ones_like(x))  # noqa: E731
     np.testing.assert_allclose(sg.grad(f)(x), 3.0 * np.ones_like(x))
+
+
+def test_python_ints_as_sizes_in_arange_zeros_and_nested_grads():
+    """GradBench's pattern: jit(lambda A: grad(f)(A, n)) with n a size, and np.arange(n) / np.zeros(n)
+    of an int argument under grad (they raised: n traced as a number)."""
+    f = lambda A, n: np.sum(A.reshape(n, n)[0] ** 2)  # noqa: E731
+    A = np.arange(9.0)
+    np.testing.assert_array_equal(sg.jit(lambda A: sg.grad(f)(A, 3))(A), [0, 2, 4, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(sg.grad(lambda A: np.sum(sg.grad(f)(A, 3) ** 2))(A),
+                                  [0, 8, 16, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(sg.grad(lambda x, n: np.sum(x) * np.sum(np.arange(n)))(np.ones(3), 5),
+                                  [10.0] * 3)
+    np.testing.assert_array_equal(sg.grad(lambda x, n: np.sum(x) * np.sum(np.zeros(n) + 1))(np.ones(300), 5),
+                                  [5.0] * 300)
