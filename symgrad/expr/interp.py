@@ -158,8 +158,10 @@ _OBJECT_REDUCE = {name: np.frompyfunc(lambda a, b, op=ops.OPS[op]: apply(op, (a,
                   for name, op in (("sum", "add"), ("max", "maximum"), ("min", "minimum"))}
 
 
-# Called with each value the interpreter computes, where set (symgrad.fuzz scales its tolerances by the
-# magnitude of the intermediate values: terms that cancel leave their rounding, not the result's).
+# Called as observe(node, value, operand values) with each value the interpreter computes, where set; the
+# value it returns is kept. symgrad.fuzz scales its tolerances by the magnitude of the intermediate values
+# (terms that cancel leave their rounding, not the result's) and moves the library functions' results by
+# an ulp, as another implementation of them would (ties and branches that such a change flips).
 OBSERVER: contextvars.ContextVar = contextvars.ContextVar("observer", default=None)
 
 
@@ -206,7 +208,7 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
             else:
                 vals[node] = _ELEMENTWISE[op](*(vals[a] for a in node.args))
             if observe is not None:
-                observe(vals[node])
+                vals[node] = observe(node, vals[node], [vals[a] for a in node.args])
             for a in node.args:
                 if last_use[a] == i and a not in keep:
                     vals.pop(a, None)
