@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
+import symgrad.numpy as jnp
 from symgrad import trace
 from symgrad.expr import ndarrays
 
@@ -442,8 +443,8 @@ def test_integer_arguments_index_under_every_transform():
     np.testing.assert_allclose(tiny, _cross_entropy_by_hand(W, X[:2], y[:2]), rtol=1e-10)
     with pytest.raises(IndexError, match="must be an argument of an integer dtype itself"):
         sg.grad(_cross_entropy)(W, X, y * 1.0)
-    with pytest.raises(IndexError, match="must be an argument of an integer dtype itself"):
-        sg.grad(lambda W, X, y: _cross_entropy(W, X, y - 1))(W, X, y)
+    shifted = sg.grad(lambda W, X, y: _cross_entropy(W, X, y - 1))(W, X, y)  # integers computed from integers
+    np.testing.assert_allclose(shifted, _cross_entropy_by_hand(W, X, (y - 1) % 3), rtol=1e-10)
 
 
 @settings(max_examples=60, **SETTINGS)
@@ -515,3 +516,63 @@ def test_a_gather_through_integers_prints_and_typesets():
                                   [1.0, 4.0, 11.0])
     with pytest.raises(IndexError, match="out of bounds for the axis it indexes"):
         sg.evaluate(picked, {y: [1.0, 4.0, 3.0], z: np.zeros((3, 4))})
+
+
+def _bundle(cams, X, w, obs, feats):
+    """GradBench's bundle adjustment, ported from JAX: cameras and points gathered by the columns of an
+    integer argument (obs[:, 0] raised 'arrays used as indices must be of integer type')."""
+    def project(cam, x):
+        p = x - cam[3:6]
+        return p[:2] / p[2] * cam[6]
+    residual = sg.vmap(project)(cams[obs[:, 0]], X[obs[:, 1]]) - feats
+    return np.sum(residual ** 2 * w[:, None])
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_columns_of_an_integer_argument_index_rolled(backend):
+    rng = np.random.default_rng(0)
+    cams, X, w = rng.normal(size=(10, 11)), rng.normal(size=(100, 3)), rng.normal(size=300)
+    obs = np.stack([rng.integers(0, 10, 300), rng.integers(-100, 100, 300)], axis=1)
+    feats = rng.normal(size=(300, 2))
+    numpy = lambda cams, X: _bundle(cams, X, w, obs, feats)  # noqa: E731 - sg.vmap runs NumPy on arrays too
+    vg = sg.value_and_grad(_bundle, argnums=(0, 1), backend=backend)
+    value, (g_cams, g_X) = vg(cams, X, w, obs, feats)
+    assert value == pytest.approx(numpy(cams, X), rel=1e-12) and vg._last.indexed
+    for a, at, g in ((0, (3, 4), g_cams), (1, (7, 2), g_X)):
+        args = [cams, X]
+        step = np.zeros_like(args[a])
+        step[at] = 1e-6
+        plus, minus = list(args), list(args)
+        plus[a], minus[a] = args[a] + step, args[a] - step
+        assert g[at] == pytest.approx((numpy(*plus) - numpy(*minus)) / 2e-6, rel=1e-6)
+    with pytest.raises(IndexError, match="out of bounds for the axis it indexes"):
+        vg(cams, X, w, obs * 10, feats)
+
+
+def _skinned(theta, corr):
+    """A few points built from traced scalars (element by element), gathered by an integer argument of
+    correspondences (GradBench's hand tracking, through symgrad.numpy as ported: NumPy's own array of
+    traced values cannot be indexed by one, its IndexError names no cause)."""
+    pts = jnp.stack([jnp.array([np.sin(theta[0]), np.cos(theta[1])]), jnp.array([theta[2] * 2, theta[3]]),
+                     jnp.array([theta[4], theta[5] ** 2])])
+    return pts[corr]
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_arrays_of_traced_scalars_gather_by_integer_arguments(backend):
+    rng = np.random.default_rng(1)
+    theta, corr = rng.normal(size=6), rng.integers(-3, 3, 100)
+    f = lambda theta, corr: np.sum(np.tanh(_skinned(theta, corr)) * theta[0])  # noqa: E731
+    vg = sg.value_and_grad(f, backend=backend)
+    value, gradient = vg(theta, corr)
+    assert value == pytest.approx(f(theta, corr), rel=1e-12)
+    fd = [(f(theta + e, corr) - f(theta - e, corr)) / 2e-6 for e in np.eye(6) * 1e-6]
+    np.testing.assert_allclose(gradient, fd, rtol=1e-6)
+    J = sg.jacfwd(lambda t, c: _skinned(t, c).ravel(), backend=backend)(theta, corr)
+    fd = np.stack([(_skinned(theta + e, corr) - _skinned(theta - e, corr)).ravel() / 2e-6
+                   for e in np.eye(6) * 1e-6], axis=1)
+    assert J.shape == (200, 6)
+    np.testing.assert_allclose(J, fd, rtol=1e-6, atol=1e-9)
+    k_th = sg.grad(lambda theta, k: _skinned(theta, k)[1] * theta[3], backend=backend)  # a traced scalar index
+    np.testing.assert_allclose(k_th(theta, 2), [0, 0, 0, theta[5] ** 2, 0, 2 * theta[3] * theta[5]], atol=1e-15)
+    np.testing.assert_allclose(k_th(theta, 1), [0, 0, 0, 2 * theta[3], 0, 0], atol=1e-15)

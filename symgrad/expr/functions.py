@@ -54,6 +54,9 @@ class SymArray(np.ndarray):
                 raise TracingError(MASK_MESSAGE if _conditions(k) else "an array of traced values as an index: "
                                    "an index array must be made of integers known while tracing (or an argument "
                                    "of an integer dtype, traced rolled)")
+            if isinstance(k, Expr):  # a traced integer index (array or scalar): a gather, rolled
+                from symgrad.expr import ndarrays  # (ndarrays builds on this module)
+                return ndarrays.getitem(ndarrays.from_elements(self), key)
         return super().__getitem__(key)
 
 

@@ -256,6 +256,27 @@ def elements(arr: Expr) -> np.ndarray:
     return out
 
 
+def from_elements(values: np.ndarray) -> Expr:
+    """An object array of scalars (traced element by element) as a rolled array: a tree of wheres over
+    the position, to be gathered by traced integers (an index argument, a loop's counter).
+
+    >>> import numpy as np, symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> a = from_elements(np.array([[x, y], [x * y, 2.0]], dtype=object))
+    >>> a.shape, sg.evaluate(a, {x: 3.0, y: 5.0}).tolist()
+    ((2, 2), [[3.0, 5.0], [15.0, 2.0]])
+    """
+    if values.size > ELEMENTS_MAX:
+        raise TracingError(f"an array of {values.size} values traced element by element gathered by traced "
+                           f"integers: more than {ELEMENTS_MAX} elements to select among")
+    (j,) = fresh((values.size,))
+    level = [(k, k + 1, e if isinstance(e, Expr) else const(float(e))) for k, e in enumerate(values.ravel())]
+    while len(level) > 1:  # pairs joined level by level: depth log2(n), no chain of n
+        level = [(a[0], b[1], apply(ops.OPS["where"], (j < float(a[1]), a[2], b[2]))) if b else a
+                 for a, b in zip(level[::2], [*level[1::2], None])]
+    return reshape(rolled.tensor(level[0][2], j), values.shape)
+
+
 def operand(a: Any) -> Any:
     """``a`` as an operand beside traced arrays: a NumPy array of numbers as a captured constant
     (while tracing), anything else as it is.
@@ -801,7 +822,7 @@ def _constant_indices(v: Any, axis: int, n: int) -> np.ndarray:
 def _read(indices: Expr, J: tuple, n: int) -> Expr:
     """The address a traced integer array gives at ``J`` (broadcast: its trailing axes), on an axis of
     size ``n``: its value there, checked where it runs."""
-    if indices not in _captured.integers and not integral(indices):
+    if not integer_valued(indices, _captured.integers):  # (a slice of an integer argument: obs[:, 0])
         if indices.op.name == "tensor" and indices.args[0].op.name in functions._CONDITIONS:
             raise TracingError(functions.MASK_MESSAGE)
         raise IndexError("arrays used as indices must be of integer type: a traced index array must be an "
