@@ -52,8 +52,26 @@ for _name in ("array", "asarray", "zeros", "ones", "full", "empty", "arange", "l
               "identity", "zeros_like", "ones_like", "full_like", "empty_like", "concatenate", "stack",
               "hstack", "vstack", "tile", "repeat", "diag", "outer", "meshgrid"):
     globals()[_name] = _making(getattr(_np, _name))
+_repeat = globals()["repeat"]  # (NumPy's, made here: the one below adds JAX's keyword)
 
 ndarray = _np.ndarray
+
+
+def repeat(a: Any, repeats: Any, axis: int | None = None, *, total_repeat_length: int | None = None) -> Any:
+    """NumPy's ``repeat``, with JAX's ``total_repeat_length``: the result cut to that length, or its last
+    entry repeated up to it.
+
+    >>> repeat(_np.arange(3), [1, 2, 0], total_repeat_length=4).tolist()
+    [0, 1, 1, 1]
+    """
+    out = _repeat(a, repeats, axis)
+    if total_repeat_length is None:
+        return out
+    axis = 0 if axis is None else axis
+    n = out.shape[axis]
+    if total_repeat_length <= n:
+        return _np.take(out, _np.arange(total_repeat_length), axis=axis)
+    return _np.take(out, _np.minimum(_np.arange(total_repeat_length), n - 1), axis=axis)
 
 
 def __getattr__(name: str) -> Any:

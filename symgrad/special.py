@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr.functions import FUNCS
+from symgrad.expr.node import Expr, TracingError
 
 _stop = FUNCS["stop_gradient"]
 
@@ -61,3 +62,35 @@ def log_softmax(x: Any, axis: Any = -1) -> Any:
     """
     shifted = x - _shift(x, axis, True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def gammaln(x: Any) -> Any:
+    """``log |Gamma(x)|`` (SciPy's and JAX's ``gammaln``) of numbers known while tracing (a Python int
+    argument is specialised on its value); a traced value raises TracingError (no op for it yet).
+
+    >>> round(float(gammaln(5.0)), 12) == round(float(np.log(24.0)), 12)
+    True
+    """
+    import scipy.special
+
+    return scipy.special.gammaln(_known(x, "gammaln"))
+
+
+def multigammaln(a: Any, d: int) -> Any:
+    """The log of the multivariate gamma function of dimension ``d`` (SciPy's and JAX's
+    ``multigammaln``: a Wishart prior's constant), of numbers known while tracing, as ``gammaln``.
+
+    >>> import symgrad as sg
+    >>> bool(sg.grad(lambda x, m: x * multigammaln(0.5 * (m + 3), 2))(1.0, 0) == multigammaln(1.5, 2))
+    True
+    """
+    import scipy.special
+
+    return scipy.special.multigammaln(_known(a, "multigammaln"), d)
+
+
+def _known(x: Any, name: str) -> Any:
+    if isinstance(x, Expr) or isinstance(x, np.ndarray) and x.dtype == object:
+        raise TracingError(f"{name} of a traced value: no op for it yet (pass the value as a Python int or "
+                           "float that is not differentiated, or compute it outside the traced function)")
+    return x

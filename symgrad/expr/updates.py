@@ -80,6 +80,8 @@ def update(x: Any, idx: Any, v: Any, kind: str) -> Any:
     array([0., 2., 0., 1.])
     """
     key = idx if isinstance(idx, tuple) else (idx,)
+    if isinstance(x, np.ndarray) and x.dtype == object and not any(isinstance(e, Expr) for e in x.flat):
+        x = np.array(x, dtype=float)  # (jnp.zeros(n, dtype=w.dtype) of a traced w: numbers, updated rolled)
     if any(map(_traced, key)):
         return _at_traced(x, key, v, kind)
     shape = tuple(x.shape)

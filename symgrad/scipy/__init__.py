@@ -1,0 +1,2 @@
+"""``jax.scipy`` for ports: ``from symgrad.scipy.special import logsumexp`` where JAX code has
+``from jax.scipy.special import logsumexp``."""

@@ -1,0 +1,23 @@
+"""``jax.scipy.special`` for ports: symgrad's ``logsumexp`` (stable, and traced where SciPy's assigns
+through a mask), ``gammaln`` and ``multigammaln`` (of values known while tracing); every other name
+is SciPy's own (``expit``, ``erf``, ``xlogy`` ...: traced as symgrad's ops).
+
+>>> import numpy as np, symgrad as sg
+>>> from symgrad.scipy.special import expit, logsumexp
+>>> sg.grad(lambda x: logsumexp(x) + np.sum(expit(x)))(np.zeros(2))
+array([0.75, 0.75])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import scipy.special as _special
+
+from symgrad.special import gammaln, logsumexp, multigammaln
+
+__all__ = ["gammaln", "logsumexp", "multigammaln"]
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(_special, name)
