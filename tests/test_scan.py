@@ -269,3 +269,18 @@ def test_random_scans_agree_with_the_python_loop(steps, width, reverse, seed):
     fd = [(np.sum(loop(h0 + eps * e)[1]) + np.sum(loop(h0 + eps * e)[0] ** 2) - np.sum(loop(h0 - eps * e)[1])
            - np.sum(loop(h0 - eps * e)[0] ** 2)) / (2 * eps) for e in np.eye(width)]
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
+
+
+def test_hessians_through_a_scan_over_broadcast_rows_are_right_or_go_element_by_element():
+    """The soak's Hessians through scans over the rows of a reshaped, transposed cumsum (and
+    np.maximum.accumulate): the rolled Jacobian of the gradient raised a ValueError deep inside
+    (tensor: the body also varies over ...); now they go element by element, said, and are right."""
+    x = np.random.default_rng(1).normal(size=64)
+    step = lambda c, r: (c * np.sum(r ** 2), None)  # noqa: E731
+    for fn in (lambda x: sg.scan(step, 1.0, np.cumsum(x).reshape(8, 8).T * 0.3)[0],
+               lambda x: np.sum(np.maximum.accumulate(np.sin(np.diff(x)).reshape(3, -1), axis=1) ** 2)):
+        with pytest.warns(UserWarning, match="reverse scan of a gradient"):
+            H = sg.hessian(fn, backend="vm")(x)
+        G = sg.grad(fn, backend="vm")
+        fd = np.stack([(G(x + 1e-6 * v) - G(x - 1e-6 * v)) / 2e-6 for v in np.eye(64)], axis=1)
+        np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-5 * np.abs(H).max())
