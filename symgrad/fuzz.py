@@ -833,12 +833,35 @@ def _nudged(value: Any, operands: list, salt: int) -> Any:
     key = np.full(value.size, 0x9E3779B97F4A7C15 * (salt + 1) & (2**64 - 1), dtype=np.uint64)
     for a in operands:  # (1-d arrays: NumPy wraps their integer products silently, not scalars')
         a = np.asarray(a)
-        if a.dtype != float or np.broadcast_shapes(a.shape, value.shape) != value.shape:
+        if a.dtype != float or a.ndim > value.ndim or any(
+                d not in (1, n) for d, n in zip(a.shape[::-1], value.shape[::-1])):
             a = value  # (reductions, indices: the result's own bits)
         key = (key ^ np.broadcast_to(a, value.shape).ravel().view(np.uint64)) * np.uint64(0xBF58476D1CE4E5B9)
     step = ((key >> np.uint64(62)).astype(np.int64) % 3 - 1).reshape(value.shape)
     moved = np.where(step == 0, value, np.nextafter(value, np.where(step > 0, np.inf, -np.inf)))
     return moved if moved.ndim else np.float64(moved)
+
+
+def _magnitude(node: Any, value: Any, operands: list) -> float:
+    """A bound on the sum of the magnitudes of the terms one value of ``node`` adds up: for a sum or a
+    running sum, the largest term times how many (the interpreter's arrays of a rolled graph have an
+    axis per index symbol, broadcast: the sum of every entry counted terms of other sums, over and
+    over: 1e20 for a scan's 44 axes, a floor above any error); else the largest entry.
+
+    >>> from symgrad.expr import rolled
+    >>> i = rolled.index("i", 8)
+    >>> _magnitude(rolled.reduce("sum", rolled.subscript(rolled.array("x", 8), (i,)), i), 0.0, [np.ones(8), None])
+    8.0
+    """
+    def largest(v: Any) -> float:
+        v = np.abs(np.asarray(v, dtype=float))
+        return float(np.max(v, where=np.isfinite(v), initial=0.0))
+    name = node.op.name
+    if name == "sum":
+        return largest(operands[0]) * node.args[1].payload[1]
+    if name == "cumsum":
+        return largest(operands[0]) * node.args[0].shape[node.payload[0]]
+    return largest(value)
 
 
 class _Checker:
@@ -931,7 +954,7 @@ class _Checker:
 
         def observe(node: Any, v: Any, operands: list, salt: int) -> Any:
             if isinstance(v, np.ndarray | float) and np.isrealobj(v):
-                terms[0] = max(terms[0], float(np.sum(np.abs(v), where=np.isfinite(v))))
+                terms[0] = max(terms[0], _magnitude(node, v, operands))
                 if node.op.name in _ROUNDED:
                     return _nudged(v, operands, salt)
             return v

@@ -309,3 +309,21 @@ def test_ties_that_another_tanh_rounds_apart_are_no_disagreement():
         *_python(program, f, inputs))}
     found, _ = fuzz.check(p, backends=("python", "vm"), runners=shifted)
     assert [d.key for d in found] == [("vm", "value", "wrong")]
+
+
+def test_noise_is_estimated_for_interpreter_values_of_many_axes():
+    """A soak's scan (the interpreter's values had 44 axes): moving the library results by an ulp asked
+    np.broadcast_shapes (32 at most) and the noise estimate failed, leaving no floor: the 1-ulp sums of
+    NumPy and the VM, amplified by sin of 11000 near a zero of cos, were reported as a disagreement."""
+    p = _program("def f(x):\n"
+                 "    def step1(carry, r):\n"
+                 "        h = carry * 0.7 + np.sum(carry * x[:16]) * 0.1 + r\n"
+                 "        return (h, np.sum(h * h))\n"
+                 "    v2, v3 = sg.scan(step1, x[:16], x)\n"
+                 "    def step8(carry, r):\n"
+                 "        h, s = carry\n"
+                 "        return ((h + 0.4, s), (h + 0.4) * 0.5)\n"
+                 "    (v9, v11), v10 = sg.scan(step8, (v3[:1], 0.1), length=3)\n"
+                 "    return np.sum(np.sin(v10.T @ v10))\n", shapes=((64,),), seed=144648941)
+    found, status = fuzz.check(p, backends=("python", "vm"))
+    assert status == "ok" and not found, _report(found)
