@@ -166,3 +166,20 @@ def test_gradient_graph_is_a_small_multiple_of_the_function():
     assert ratio < 4.0
     point = {v.name: 0.1 * i for i, v in enumerate(xs)}
     assert close(sg.evaluate(g[:3], point), sg.check_grad(f, xs[:3], point).numeric, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "numba"])
+def test_an_infinite_partial_behind_a_losing_max_stays_out_of_the_derivatives(backend):
+    """sqrt(max(x, 0)) and max(x, 0)**1.5 are flat where x < 0: their derivatives are 0 there, not
+    0 * inf = nan (JAX gives nan); the max's partial is a where's 0, which a product keeps outside
+    (the soak's hvp of max(x, 0)**1.5 was nan where finite differences are 0)."""
+    x = np.array([-0.5, 0.0, 0.3, 2.0] * 16)
+    grad = sg.grad(lambda x: np.sum(np.sqrt(np.maximum(x, 0.0))), backend=backend)(x)
+    want = np.where(x > 0, 0.5 / np.sqrt(np.maximum(x, 1e-300)), np.where(x == 0, np.inf, 0.0))
+    np.testing.assert_array_equal(grad[x != 0], want[x != 0])
+    f = lambda x: np.sum(np.maximum(x, 0.0) ** 1.5 + np.minimum(x, 0.0) ** 3)  # noqa: E731
+    hv = sg.hvp(f, backend=backend)(x, np.ones_like(x))  # (at 0 itself: inf, the curvature of x**1.5 there)
+    np.testing.assert_allclose(hv[x != 0], np.where(x > 0, 0.75 / np.sqrt(np.abs(x)), 6 * x)[x != 0])
+    y = x[x != 0][:6]
+    H = sg.hessian(lambda y: np.sum(np.clip(y, 0.0, 1.0) ** 1.5), backend=backend)(y)
+    np.testing.assert_allclose(H, np.diag(np.where((y > 0) & (y < 1), 0.75 / np.sqrt(np.abs(y)), 0.0)))

@@ -55,8 +55,7 @@ class SymArray(np.ndarray):
                                    "an index array must be made of integers known while tracing (or an argument "
                                    "of an integer dtype, traced rolled)")
             if isinstance(k, Expr):  # a traced integer index (array or scalar): a gather, rolled
-                from symgrad.expr import ndarrays  # (ndarrays builds on this module)
-                return ndarrays.getitem(ndarrays.from_elements(self), key)
+                return GATHER[0](self, key)
         return super().__getitem__(key)
 
 
@@ -93,6 +92,7 @@ def elementwise(op: Op) -> Callable:
 
 
 ON_ARRAYS: list[Callable] = []  # ndarrays.elementwise, installed by methods.py (ndarrays reaches this module)
+GATHER: list[Callable] = []  # a SymArray indexed by traced integers: ndarrays' rolled gather, installed alike
 
 
 def _lift(op: Op) -> Callable:

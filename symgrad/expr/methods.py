@@ -173,6 +173,7 @@ def _len(self: Expr) -> int:
 Expr.__len__ = _len
 Expr.__array_ufunc__ = SymArray.__array_ufunc__ = _array_ufunc
 functions.ON_ARRAYS[:] = [ndarrays.elementwise]  # sg.sin(x) of a rolled array
+functions.GATHER[:] = [lambda arr, key: ndarrays.getitem(ndarrays.from_elements(arr), key)]
 Expr.__array_function__ = SymArray.__array_function__ = _array_function
 def _matmul(a: Any, b: Any) -> Any:
     if _has_array((a, b)) and _has_objects((a, b)):  # beside an element trace's arrays: element by element

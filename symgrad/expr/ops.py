@@ -91,6 +91,14 @@ def _erf(a):
     return np.float64(math.erf(a)) if np.ndim(a) == 0 else np.vectorize(math.erf, otypes=[float])(a)
 
 
+def _kink(lost, a, b):
+    """The partial of max / min for an argument: a where's 0 where ``lost`` (the other is the result),
+    1/2 at a tie, else 1. As a where, a product with it keeps its 0 out of the product (the build rule
+    x * where(c, 0, q) -> where(c, 0, x * q)): sqrt(max(x, 0))'s inf partial at x < 0 does not meet
+    0 * inf = nan, and what computed the losing argument gets a masked adjoint."""
+    return where(lost, 0.0, where(eq(a, b), 0.5, 1.0))
+
+
 def _cmp(ufunc):
     return lambda a, b: ufunc(a, b) * 1.0
 
@@ -237,15 +245,16 @@ floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, ali
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
             to_sympy="ceiling", branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"), finite=True)
 minimum = _row("minimum", 2, _min, "(-(-{0} - {1}) if {0} == 0.0 and {1} == 0.0 else np.minimum({0}, {1}))",
-               (lambda a, b, o: 0.5 - 0.5 * sign(a - b), lambda a, b, o: 0.5 + 0.5 * sign(a - b)),
+               (lambda a, b, o: _kink(gt(a, b), a, b), lambda a, b, o: _kink(lt(a, b), a, b)),
                commutative=True, ufunc=np.minimum, to_sympy="Min",
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2), finite=True)
 maximum = _row("maximum", 2, _max, "({0} + {1} if {0} == 0.0 and {1} == 0.0 else np.maximum({0}, {1}))",
-               (lambda a, b, o: 0.5 + 0.5 * sign(a - b), lambda a, b, o: 0.5 - 0.5 * sign(a - b)),
+               (lambda a, b, o: _kink(lt(a, b), a, b), lambda a, b, o: _kink(gt(a, b), a, b)),
                commutative=True, ufunc=np.maximum, to_sympy="Max",
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2), finite=True)
 relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0) + 0.0)",
-            (lambda a, o: gt(a, 0.0),), to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign, finite=True)
+            (lambda a, o: where(gt(a, 0.0), 1.0, 0.0),), to_sympy=lambda a: sympy.Max(a, 0), branch=np.sign,
+            finite=True)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
 lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), ufunc=np.less,
