@@ -284,3 +284,16 @@ def test_hessians_through_a_scan_over_broadcast_rows_are_right_or_go_element_by_
         G = sg.grad(fn, backend="vm")
         fd = np.stack([(G(x + 1e-6 * v) - G(x - 1e-6 * v)) / 2e-6 for v in np.eye(64)], axis=1)
         np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-5 * np.abs(H).max())
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_rows_a_scan_drops_keep_nan_partials_out_of_the_gradient(backend):
+    """sqrt(x) of negative entries is nan, but a scan whose carry is replaced by each row (or a
+    fori_loop reading sqrt(x)[i]) returns the last one only: the others' adjoint is 0, and 0 * nan
+    partials stayed in the gradient (the soak: nan where finite differences give 0)."""
+    x = np.random.default_rng(1121860693).normal(size=64)
+    want = np.zeros(64)
+    want[63] = 0.5 / np.sqrt(x[63])
+    for f in (lambda x: sg.scan(lambda c, r: (r, None), 0.0, np.sqrt(x))[0],
+              lambda x: sg.fori_loop(1, 64, lambda i, s: np.sqrt(x)[i], 0.1)):
+        np.testing.assert_allclose(sg.grad(f, backend=backend)(x), want, rtol=1e-15)

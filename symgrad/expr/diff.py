@@ -109,10 +109,11 @@ class _Masks:
     what computed it may be nan (sqrt's at a negative, log's at 0): 0 * nan would bring the nan the
     mask kept out of the value into the gradient. Such a product is guarded, ``where(g == 0, 0, g*p)``,
     where the adjoint ``g`` came through a mask and ``p`` may be non-finite; nowhere else. A graph
-    without a ``where`` or a table (a gather that may leave entries unread) masks nothing."""
+    without a ``where``, a table (a gather that may leave entries unread) or a scan (whose rows a
+    step may never read, or read into a carry a later step drops) masks nothing."""
 
     def __init__(self, order: list[Expr]) -> None:
-        self.masking = any(n.op.name in ("where", "table") for n in order)
+        self.masking = any(n.op.name in ("where", "table", "scan") for n in order)
         self.masked: set[Expr] = set()  # nodes whose adjoint came through a where's branch or an array
         self.finite: dict[Expr, bool] = {}
 
