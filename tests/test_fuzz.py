@@ -327,3 +327,18 @@ def test_noise_is_estimated_for_interpreter_values_of_many_axes():
                  "    return np.sum(np.sin(v10.T @ v10))\n", shapes=((64,),), seed=144648941)
     found, status = fuzz.check(p, backends=("python", "vm"))
     assert status == "ok" and not found, _report(found)
+
+
+def test_an_ill_conditioned_second_derivative_is_compared_at_its_own_noise():
+    """A soak's hvp through cos(mean(r**2)) of r ~ 1e6: the interpreter's and the VM's sums of 1e12 differ
+    in the last bits, which the second derivative amplifies to 1e-9 relative, and central differences of
+    the gradient (moved by 1e-9 of the inputs, it moves by more than 1e-5) say nothing."""
+    p = _program("def f(x):\n"
+                 "    v2 = np.einsum('ij,ij->i', x, x) ** 2\n"
+                 "    def step5(carry, r):\n"
+                 "        h = np.cos(np.mean(r ** 2))\n"
+                 "        return (h, h)\n"
+                 "    v6, v7 = sg.scan(step5, 0.0, np.stack([v2, v2]))\n"
+                 "    return np.sum(v2[:2] + v7)\n", shapes=((12, 40),), seed=1151913750)
+    found, status = fuzz.check(p, backends=("python", "vm"), extras=("hvp",))
+    assert status == "ok" and not found, _report(found)
