@@ -576,3 +576,24 @@ def test_arrays_of_traced_scalars_gather_by_integer_arguments(backend):
     k_th = sg.grad(lambda theta, k: _skinned(theta, k)[1] * theta[3], backend=backend)  # a traced scalar index
     np.testing.assert_allclose(k_th(theta, 2), [0, 0, 0, theta[5] ** 2, 0, 2 * theta[3] * theta[5]], atol=1e-15)
     np.testing.assert_allclose(k_th(theta, 1), [0, 0, 0, 2 * theta[3], 0, 0], atol=1e-15)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.data())
+def test_arrays_of_traced_scalars_gathered_by_traced_integers_equal_numpy(shape, data):
+    """symgrad.numpy's arrays of traced scalars (any shape) indexed by an integer argument on their first
+    axis (and by constant integers or slices after it): NumPy's values, and the gradient of a weighted sum."""
+    n = int(np.prod(shape))
+    idx = np.array(data.draw(st.lists(st.integers(-shape[0], shape[0] - 1), min_size=64, max_size=64)))
+    rest = tuple(data.draw(st.sampled_from([slice(None), 0, -1])) for _ in shape[1:])
+    weights = np.cos(np.arange(64.0))
+
+    def f(theta, idx):
+        pts = jnp.array([np.sin(theta[k]) * theta[(k + 1) % n] for k in range(n)]).reshape(shape)
+        return np.sum(np.sum(pts[(idx, *rest)].reshape(64, -1), axis=1) * weights)
+
+    theta = np.linspace(0.2, 1.4, n)
+    value, grad = sg.value_and_grad(f, backend="python")(theta, idx)
+    assert value == pytest.approx(f(theta, idx), rel=1e-12, abs=1e-12)
+    fd = [(f(theta + e, idx) - f(theta - e, idx)) / 2e-6 for e in np.eye(n) * 1e-6]
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7)
