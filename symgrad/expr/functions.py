@@ -54,8 +54,10 @@ class SymArray(np.ndarray):
                 raise TracingError(MASK_MESSAGE if _conditions(k) else "an array of traced values as an index: "
                                    "an index array must be made of integers known while tracing (or an argument "
                                    "of an integer dtype, traced rolled)")
-            if isinstance(k, Expr):  # a traced integer index (array or scalar): a gather, rolled
+            if isinstance(k, Expr) and k.op.array_valued:  # a traced integer array: a gather, rolled
                 return GATHER[0](self, key)
+            if isinstance(k, Expr):  # (fori_loop then runs its loop in Python; an int argument is specialised)
+                raise TracingError(f"an array traced element by element indexed by the traced scalar {k}"[:160])
         return super().__getitem__(key)
 
 
