@@ -1417,7 +1417,8 @@ def run(programs: int | None = None, seed: int = 0, backends: tuple[str, ...] | 
         try:
             results, status = checker.run(), checker.status
         except Exception as e:  # a bug of the fuzzer itself: say so, go on
-            say(f"program {n}: the fuzzer failed: {_error(e)}\n{traceback.format_exc()}")
+            say(f"program {n}: the fuzzer failed: {_error(e)}\n{traceback.format_exc()}\n"
+                f"{program.snippet('python')}")
             results, status = [], "crash"
         counts[status] += 1
         if status in ("unsupported", "fallback"):
