@@ -11,6 +11,7 @@ ordinary scalar graph (the oracle).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -262,13 +263,29 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
     (the index, its expression in ``target`` and the other indices, the conditions for a solution).
 
     Affine addresses with a coefficient ±1 solve exactly, other coefficients (``strides``) with a
-    divisibility condition, ``(affine) % m`` when the index's range fits in one period; None
-    otherwise (tables, several indices without a unit coefficient): the caller scatters instead.
+    divisibility condition, ``(affine) % m`` when the index's range fits in one period, and with
+    ``strides`` a one-to-one table read at such an address (a permutation: through the inverse
+    table, -1 where no entry maps); None otherwise (other tables, several indices without a unit
+    coefficient): the caller scatters instead, or (a Jacobian's row, which cannot scatter) tests
+    every address: a sum over the table's length at each target, n**3 for an n x n Jacobian.
 
     >>> i, j = index("i", 4), index("j", 6)
     >>> solve(i + 2, j, {})
     (i, j - 2, [j - 2 >= 0, j - 2 <= 3])
+    >>> solve(apply(ops.load, (table([2, 0, 1]), i)), index("k", 3), {})[1]
+    [1, 2, 0][k]
     """
+    if strides and address.op.name == "load" and address.args[0].op.name == "table" and len(address.args) == 2 \
+            and target.op.name == "index":
+        inverse = _inverse(address.args[0], target.payload[1])
+        if inverse is None:
+            return None
+        at = apply(ops.load, (inverse, target))
+        inner = address.args[1]
+        if inner.op.name == "index" and inner not in solved:
+            return inner, at, [at >= 0]
+        step = solve(inner, at, solved, strides)
+        return None if step is None else (step[0], step[1], [at >= 0, *step[2]])
     periodic = address.op.name == "mod" and address.args[1].op.name == "const"
     form = affine(address.args[0] if periodic else address)
     if form is None:
@@ -295,6 +312,18 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
         return None
     value = rhs // c
     return i, value, [rhs % abs(c) == 0, value >= 0, value <= n - 1]
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse(t: Expr, n: int) -> Expr | None:
+    """The table of positions of the one-to-one table ``t`` (values below ``n``): entry v holds the k
+    with t[k] = v, -1 where none does; None where two entries of ``t`` are equal."""
+    values = np.array(t.payload[1])
+    if values.size > n or np.unique(values).size != values.size or values.min() < 0 or values.max() >= n:
+        return None
+    out = np.full(n, -1)
+    out[values] = np.arange(values.size)
+    return table(out)
 
 
 _FRESH = itertools.count()  # names of the index symbols derivatives introduce: x#0, x#1, ...
