@@ -56,7 +56,7 @@ FD_STEPS = (1e-4, 1e-6, 1e-7)  # central differences at each; one within FD_RTOL
 ELEMENT_MAX = 400  # the element trace only for arguments this small in all (it builds a node per element)
 UNSUPPORTED = (sg.TracingError, NotImplementedError)  # constructs the tracer refuses: not bugs
 # What the interpreter refuses by design (it gives every index symbol of a rolled graph a NumPy axis)
-LIMITS = ("NumPy allows 64",)
+LIMITS = ("evaluate it compiled",)  # (64 axes; more values at once than it holds)
 
 
 def _unsupported(e: BaseException) -> bool:

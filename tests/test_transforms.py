@@ -407,3 +407,25 @@ def test_jacobians_through_permutations_gather_through_the_inverse_table(backend
     x = rng.normal(size=1040)
     J = sg.jacobian(lambda x: sg.grad(lambda u: np.sum(np.sin(u)))(x[np.arange(1040)[::-1]]), backend=backend)(x)
     np.testing.assert_array_equal(J, np.diag(-np.sin(x[::-1]))[:, ::-1])
+
+
+def test_hessians_through_permutations_read_the_inverse_table_in_range():
+    """The soak's Hessians of a reversed or permuted x summed over part of it ((v * v)[:16], v[1:] * v[:-1]):
+    the inverse table's solution lies beyond the index's shorter range at some targets (silently wrong
+    entries before the range was checked)."""
+    x = np.random.default_rng(258522345).normal(size=64)
+    perm = np.random.default_rng(97).permutation(64)
+    for f in (lambda x: np.sum((x[::-1] * x[::-1])[:16]), lambda x: np.sum(x[::-1][1:] * x[::-1][:-1]),
+              lambda x: np.sum(x[perm][1:] * x[perm][:-1])):
+        H = sg.hessian(f, backend="python")(x)
+        G = sg.grad(f, backend="python")
+        fd = np.stack([(G(x + e) - G(x - e)) / 2e-6 for e in np.eye(64) * 1e-6], axis=1)
+        np.testing.assert_allclose(H, fd, atol=1e-7)
+
+
+def test_the_interpreter_refuses_more_values_at_once_than_it_holds():
+    """A Jacobian through a padded, permuted array tests every address: 1040**3 values in one where of the
+    interpreter (8.4 GB: the soak's OOM); it says so and names the way out, which the loops take."""
+    fv = lambda x: np.log(1.0 + np.pad(x, (2, 3))[np.random.default_rng(49).permutation(1040)] ** 2) ** 2  # noqa: E731
+    with pytest.raises(ValueError, match=r"1,124,864,000 values at once .* evaluate it compiled"):
+        sg.jacobian(fv, backend="python")(np.ones(1040))

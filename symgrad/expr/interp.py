@@ -8,6 +8,7 @@ give nan/inf as in NumPy, never exceptions.
 from __future__ import annotations
 
 import contextvars
+import math
 from numbers import Complex
 from typing import Any
 
@@ -201,7 +202,10 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
                 if symbolic and (op.name in ("index", "table") or op.name == "load" and node.args[0] in numeric):
                     numeric.add(node)
             elif not symbolic:
-                vals[node] = op.impl(*(vals[a] for a in node.args))
+                operands = [vals[a] for a in node.args]
+                if rolled is not None:
+                    _within_budget(node, operands)
+                vals[node] = op.impl(*operands)
             elif all(a in numeric for a in node.args):
                 vals[node] = op.impl(*(vals[a] for a in node.args))
                 numeric.add(node)
@@ -213,6 +217,24 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
                 if last_use[a] == i and a not in keep:
                     vals.pop(a, None)
     return {n: vals[n] for n in keep}
+
+
+VALUES_MAX = 2**27  # the most values (1 GiB of floats) one elementwise op of a rolled graph computes at once
+
+
+def _within_budget(node: Expr, operands: list) -> None:
+    """Refuse an op whose broadcast operands (an axis per index symbol) hold more than VALUES_MAX values:
+    a Jacobian tested at every address is n**3 of them, which the compiled loops run without storing."""
+    shapes = [np.shape(a) for a in operands]
+    ndim = max(map(len, shapes), default=0)
+    dims = [1] * ndim
+    for shape in shapes:
+        for k, d in enumerate(shape, ndim - len(shape)):
+            dims[k] = max(dims[k], d)
+    if math.prod(dims) > VALUES_MAX:
+        raise ValueError(f"the interpreter would compute {math.prod(dims):,} values at once for {node.op.name} "
+                         f"(an array axis per index symbol, sizes {[d for d in dims if d > 1]}): evaluate it "
+                         "compiled (backend 'vm' or 'numba')")
 
 
 def _brief(e: Expr) -> str:

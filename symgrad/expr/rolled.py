@@ -282,8 +282,8 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
             return None
         at = apply(ops.load, (inverse, target))
         inner = address.args[1]
-        if inner.op.name == "index" and inner not in solved:
-            return inner, at, [at >= 0]
+        if inner.op.name == "index" and inner not in solved:  # (its range may be shorter than the table's)
+            return inner, at, [at >= 0, at <= inner.payload[1] - 1]
         step = solve(inner, at, solved, strides)
         return None if step is None else (step[0], step[1], [at >= 0, *step[2]])
     periodic = address.op.name == "mod" and address.args[1].op.name == "const"
