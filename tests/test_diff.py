@@ -183,3 +183,15 @@ def test_an_infinite_partial_behind_a_losing_max_stays_out_of_the_derivatives(ba
     y = x[x != 0][:6]
     H = sg.hessian(lambda y: np.sum(np.clip(y, 0.0, 1.0) ** 1.5), backend=backend)(y)
     np.testing.assert_allclose(H, np.diag(np.where((y > 0) & (y < 1), 0.75 / np.sqrt(np.abs(y)), 0.0)))
+
+
+def test_an_infinite_partial_behind_abs_at_zero_stays_out_of_the_hvp():
+    """The soak's hvp of sum |x_i - x_j|**1.5 over pairs including i == j: x_k - x_k is 0 whatever x is, so
+    its terms have derivatives 0; the chain rule met |u|**1.5's inf curvature times abs's 0 (nan)."""
+    x = np.random.default_rng(1403316539).normal(size=64)
+    f = lambda x: np.sum(np.abs(x[:4, None] - x) ** 1.5)  # noqa: E731
+    v = np.random.default_rng(2).normal(size=64)
+    hv = sg.hvp(f, backend="vm")(x, v)
+    G = sg.grad(f, backend="vm")
+    np.testing.assert_allclose(hv, (G(x + 1e-6 * v) - G(x - 1e-6 * v)) / 2e-6, rtol=1e-5, atol=1e-5)
+    assert sg.grad(lambda x: np.sum(np.abs(x)))(np.array([-1.0, 0.0, 2.0] * 22)).tolist()[:3] == [-1.0, 0.0, 1.0]

@@ -235,7 +235,7 @@ def _min(a: Any, b: Any) -> Any:
         return np.where((a == 0.0) & (b == 0.0), -(-a - b), np.minimum(a, b))[()]
 
 
-abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: sign(a),), ufunc=np.absolute,
+abs = _row("abs", 1, np.abs, "abs({0})", (lambda a, o: where(eq(a, 0.0), 0.0, sign(a)),), ufunc=np.absolute,
            aliases=("__abs__",), to_sympy="Abs", branch=np.sign, latex=(r"\left|", (0, 0), r"\right|"),
            finite=True)
 sign = _row("sign", 1, lambda a: np.sign(a) + 0.0, "(np.sign({0}) + 0.0)", (None,), ufunc=np.sign,
