@@ -342,3 +342,16 @@ def test_an_ill_conditioned_second_derivative_is_compared_at_its_own_noise():
                  "    return np.sum(v2[:2] + v7)\n", shapes=((12, 40),), seed=1151913750)
     found, status = fuzz.check(p, backends=("python", "vm"), extras=("hvp",))
     assert status == "ok" and not found, _report(found)
+
+
+def test_a_jacobians_row_sum_is_compared_at_the_gradients_noise():
+    """The final soak's scan growing by 1.5 a step (terms of 1.5**64 cancelling in v4.T - v4.T[:1]): the
+    Jacobian's rows summed differ from the gradient by 6.6e-6 relative, their rounding; compared at 1e-9
+    without the gradient's noise floor, that was a disagreement."""
+    p = _program("def f(x):\n"
+                 "    def step2(carry, r):\n"
+                 "        return (carry * 0.7 + np.sum(carry) * 0.1, carry * 0.7 + np.sum(carry) * 0.1)\n"
+                 "    v3, v4 = sg.scan(step2, x[:8], x)\n"
+                 "    return np.sum(v4.T - v4.T[:1])\n", shapes=((64,),), seed=719825796)
+    found, status = fuzz.check(p, backends=("python", "vm"), extras=("jacobian",))
+    assert status == "ok" and not found, _report(found)
