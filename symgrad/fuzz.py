@@ -842,6 +842,14 @@ def _nudged(value: Any, operands: list, salt: int) -> Any:
     return moved if moved.ndim else np.float64(moved)
 
 
+def _another_library(node: Any, value: Any, operands: list, salt: int) -> Any:
+    """The interpreter's ``value`` of ``node`` as another math library might give it: nudged (``_nudged``)
+    where ``node`` is a library function or a sum of real values, else as it is."""
+    if node.op.name in _ROUNDED and isinstance(value, np.ndarray | float) and np.isrealobj(value):
+        return _nudged(value, operands, salt)
+    return value
+
+
 def _magnitude(node: Any, value: Any, operands: list) -> float:
     """A bound on the sum of the magnitudes of the terms one value of ``node`` adds up: for a sum or a
     running sum, the largest term times how many (the interpreter's arrays of a rolled graph have an
@@ -955,9 +963,7 @@ class _Checker:
         def observe(node: Any, v: Any, operands: list, salt: int) -> Any:
             if isinstance(v, np.ndarray | float) and np.isrealobj(v):
                 terms[0] = max(terms[0], _magnitude(node, v, operands))
-                if node.op.name in _ROUNDED:
-                    return _nudged(v, operands, salt)
-            return v
+            return _another_library(node, v, operands, salt)
         rng = np.random.default_rng(self.program.seed + 2)
         for salt in range(2):
             scaled = [a * (1 + rng.choice([-2.0, 2.0], np.shape(a)) * 2.0 ** -52) if k in self.program.argnums
@@ -1078,8 +1084,7 @@ class _Checker:
         sensitive to rounding than the value and gradient (cos of 1e12 in an hvp)."""
         moved = [0.0] * len(ref)
         for salt in range(2):
-            token = interp.OBSERVER.set(lambda node, v, operands, salt=salt: _nudged(v, operands, salt) if (
-                node.op.name in _ROUNDED and isinstance(v, np.ndarray | float) and np.isrealobj(v)) else v)
+            token = interp.OBSERVER.set(functools.partial(_another_library, salt=salt))
             try:
                 again = compute("python")
             except Exception:

@@ -258,7 +258,7 @@ def elements(arr: Expr) -> np.ndarray:
 
 def from_elements(values: np.ndarray) -> Expr:
     """An object array of scalars (traced element by element) as a rolled array: a tree of wheres over
-    the position, to be gathered by traced integers (an index argument, a loop's counter).
+    the position, to be gathered by a traced integer array (an index argument, integers computed from one).
 
     >>> import numpy as np, symgrad as sg
     >>> x, y = sg.symbols("x y")

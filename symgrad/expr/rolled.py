@@ -277,7 +277,7 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
     """
     if strides and address.op.name == "load" and address.args[0].op.name == "table" and len(address.args) == 2 \
             and target.op.name == "index":
-        inverse = _inverse(address.args[0], target.payload[1])
+        inverse = _inverse(address.args[0].payload[1], target.payload[1])
         if inverse is None:
             return None
         at = apply(ops.load, (inverse, target))
@@ -314,11 +314,11 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
     return i, value, [rhs % abs(c) == 0, value >= 0, value <= n - 1]
 
 
-@functools.lru_cache(maxsize=64)
-def _inverse(t: Expr, n: int) -> Expr | None:
-    """The table of positions of the one-to-one table ``t`` (values below ``n``): entry v holds the k
-    with t[k] = v, -1 where none does; None where two entries of ``t`` are equal."""
-    values = np.array(t.payload[1])
+@functools.lru_cache(maxsize=64)  # (keyed by the values: == on Exprs builds nodes, no cache key compares them)
+def _inverse(entries: tuple, n: int) -> Expr | None:
+    """The table of positions of a one-to-one table of ``entries`` (values below ``n``): entry v holds the
+    k with entries[k] = v, -1 where none does; None where two entries are equal."""
+    values = np.array(entries)
     if values.size > n or np.unique(values).size != values.size or values.min() < 0 or values.max() >= n:
         return None
     out = np.full(n, -1)
