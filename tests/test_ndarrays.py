@@ -597,3 +597,6 @@ def test_arrays_of_traced_scalars_gathered_by_traced_integers_equal_numpy(shape,
     assert value == pytest.approx(f(theta, idx), rel=1e-12, abs=1e-12)
     fd = [(f(theta + e, idx) - f(theta - e, idx)) / 2e-6 for e in np.eye(n) * 1e-6]
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7)
+    on_vm = sg.value_and_grad(f, backend="vm")(theta, idx)  # (the loop VM against the interpreter)
+    assert on_vm[0] == pytest.approx(value, rel=1e-12, abs=1e-14)
+    np.testing.assert_allclose(on_vm[1], grad, rtol=1e-12, atol=1e-14)
