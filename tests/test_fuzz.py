@@ -278,6 +278,48 @@ def test_finite_differences_that_have_not_converged_are_no_disagreement():
     assert ("fd", "grad", "wrong") in [d.key for d in found]
 
 
+def test_finite_differences_that_settle_only_below_the_programs_curvature_scale():
+    """A soak's scan over sin of values near 1e5 (|grad| 1.7e9, f 1.5e4): central differences at 1e-6..1e-7
+    sit on a plateau near -6e7 (once shrinking as h**2 would), extended-precision ones reach the gradient's
+    -2.7709166e7 only below 1e-8. The ladder down to 1e-10 settles there; a gradient off by 1% is found."""
+    p = _program("def f(x, w):\n"
+                 "    v1 = sg.grad(lambda u: np.sum(np.tanh(u)) * np.sum(u))(w)\n"
+                 "    def step7(carry, r):\n"
+                 "        h, s = carry\n"
+                 "        h = 0.9 * h + np.sin(r)\n"
+                 "        s = 0.5 * s + np.sum(h * h)\n"
+                 "        return ((h, s), s)\n"
+                 "    (v8, v10), v9 = sg.scan(step7, (np.zeros(4), 0.1), np.sum(v1 ** 2) * v1)\n"
+                 "    v = np.square(v9)\n"
+                 "    return np.sum(sg.numpy.asarray(v).at[[0, 2, 0]].add(np.sin(v[:3])))\n",
+                 shapes=((96,), (72,)), argnums=(1,), seed=1546749607)
+    found, _ = fuzz.check(p, backends=("python",))
+    assert not found, _report(found)
+
+    def off(program, f, inputs):
+        value, grads, rolled, _ = _python(program, f, inputs)
+        return value, [g * 1.01 for g in grads], rolled, "python"
+
+    found, _ = fuzz.check(p, backends=("python",), runners={"python": off})
+    assert ("fd", "grad", "wrong") in [d.key for d in found]
+
+
+def test_chaotic_finite_differences_give_no_verdict():
+    """A soak's exp of a cube of 4.2 * cos(x) (values near 1e7) through a scan's sin: central differences from
+    1e-4 to 1e-10 jump between -3e7 and 1e5 and never settle; no disagreement is claimed."""
+    p = _program("def f(x):\n"
+                 "    def step9(carry, r):\n"
+                 "        h = carry\n"
+                 "        h = 0.9 * h + np.sin(r)\n"
+                 "        return (h, h * h)\n"
+                 "    t = np.random.default_rng(29).permutation(x.shape[0])\n"
+                 "    v = np.exp(0.2 * (max(np.sum(x), 4.2) * np.cos(x)) ** 3)\n"
+                 "    v10, v11 = sg.scan(step9, 0.0, v[t] / 1.09)\n"
+                 "    return np.sum(v11 * v11)\n", shapes=((4,),), seed=1441683124)
+    found, _ = fuzz.check(p, backends=("python",))
+    assert not found, _report(found)
+
+
 def test_hessian_vector_differences_that_have_not_converged_are_no_disagreement():
     """A soak's hvp against central differences of the gradient (sin of a squared running sum: curvature
     ~1e9): each step's own truncation error, estimated from the step before, is part of the tolerance."""
