@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
+from symgrad import TracingError
 from symgrad.expr.traverse import count_nodes, topo_order
 
 RNG = np.random.default_rng(11)
@@ -153,6 +154,25 @@ def test_a_scan_of_numbers_meets_element_traced_arrays():
     np.testing.assert_array_equal(grad, [0, 1, 2, 3, 4, 0, 0, 0])
     jac = sg.jacobian(lambda x: sg.scan(lambda c, r: (c + 1.0, c), 0.0, length=5)[1] * np.sum(x))(x)
     np.testing.assert_array_equal(jac, np.outer(np.arange(5.0), np.ones(8)))
+
+
+def test_a_scan_over_rolled_rows_whose_step_reads_element_traced_arrays():
+    """The soak's reproducer: traced element by element (8 elements), a step reading x[:8] (an object array)
+    over the rows of a rolled length-only scan's ys raised TracingError; it runs as a loop, the rows read
+    element by element. A step that fails rolled for other reasons still says so."""
+    x = RNG.normal(size=8)
+
+    def f(x):
+        _, rows = sg.scan(lambda c, r: (c + 1.0, c), 0.0, length=3)
+        _, ys = sg.scan(lambda c, r: (x[:8] * r, x[:8] * c), np.zeros(8), rows)
+        return np.sum(ys)
+
+    value, grad = sg.value_and_grad(f, backend="python")(x)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(grad, 2 * x, rtol=1e-14)  # rows 0, 1, 2: ys 0, 0, x * x
+    with pytest.raises(TracingError, match="inside the step of another"):
+        sg.scan(lambda c, x: (sg.scan(lambda d, y: (d + y, None), c, sg.array("Y", (3, 2)))[0] * x, None),
+                sg.array("h", 2), sg.array("X", (4, 2)))
 
 
 @pytest.mark.parametrize("backend", ["python", "vm"])

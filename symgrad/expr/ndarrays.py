@@ -277,6 +277,10 @@ def from_elements(values: np.ndarray) -> Expr:
     return reshape(rolled.tensor(level[0][2], j), values.shape)
 
 
+class ElementsMet(TracingError):
+    """Values traced element by element (an object array) met a rolled operation: only a loop has them."""
+
+
 def operand(a: Any) -> Any:
     """``a`` as an operand beside traced arrays: a NumPy array of numbers as a captured constant
     (while tracing), anything else as it is.
@@ -287,7 +291,8 @@ def operand(a: Any) -> Any:
     if not isinstance(a, np.ndarray) or a.ndim == 0:
         return a
     if a.dtype.kind not in "biuf" or a.size == 0:
-        raise TracingError(f"a NumPy array of dtype {a.dtype}, shape {a.shape} combined with a traced array")
+        error = ElementsMet if a.dtype == object else TracingError
+        raise error(f"a NumPy array of dtype {a.dtype}, shape {a.shape} combined with a traced array")
     if _captured.arrays is None:
         raise TracingError("a NumPy array of constants combined with a traced array (outside a trace): pass it "
                            "as an argument (data), or build it from the traced values")

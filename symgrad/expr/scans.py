@@ -199,13 +199,15 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
             map(_rollable_or_array, init_leaves + x_leaves)):  # beside an element trace's arrays: a loop,
         init_leaves, x_leaves = _elements(init_leaves), _elements(x_leaves)  # the rolled ones read by element
         init = pytree.unflatten(init_tree, init_leaves)
-    if any(ndarrays.is_array(v) for v in init_leaves + x_leaves):
-        return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
-    if ndarrays.tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
+    arrays = any(ndarrays.is_array(v) for v in init_leaves + x_leaves)
+    if arrays or ndarrays.tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
         try:  # one node, whatever the length (a Python loop would add a step's nodes per step)
             return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
-        except TracingError:  # the step reads values traced element by element: only the loop has them
-            pass
+        except TracingError as e:  # the step reads values traced element by element: only the loop has them
+            if arrays and not isinstance(e, ndarrays.ElementsMet):
+                raise
+            init_leaves, x_leaves = _elements(init_leaves), _elements(x_leaves)
+            init = pytree.unflatten(init_tree, init_leaves)
     return _loop(f, init, init_tree, x_leaves, x_tree, n, reverse)
 
 
