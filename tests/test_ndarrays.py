@@ -267,6 +267,21 @@ def test_jacobians_and_hessians_of_traced_array_code_are_rolled_and_equal_the_el
     assert got[1][0].shape == (69, 70) and got[1][1].shape == (69,)
 
 
+@pytest.mark.parametrize("backend", ["vm", "numba"])
+def test_hessians_whose_stride_solutions_divide_by_a_negative_number_compile(backend, monkeypatch):
+    """A soak's Hessian of std down the columns of a reshape: the Jacobian's stride solution reads
+    x[m - 8*((k - m) // -8)], an index the loops refused (// by a negative constant), materialising it."""
+    x = np.random.default_rng(5).normal(size=64)
+
+    def f(x):
+        v = np.std(x.reshape(8, -1), axis=0)
+        return np.sum([v, v])
+
+    got = sg.hessian(f, backend=backend)(x)
+    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    np.testing.assert_allclose(got, sg.hessian(f, backend="python")(x), rtol=1e-12, atol=1e-14)
+
+
 def test_indexing_a_traced_array_with_a_bool_or_a_float_is_an_error_not_a_guess():
     x = sg.array("x", 5)
     for key in (True, np.bool_(False), 1.0, 2.5):

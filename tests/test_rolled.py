@@ -75,6 +75,12 @@ def test_index_ranges():
     assert value_range(2 * i - j + 1) == (-1, 7)
     assert value_range((i + 3) % 4) == (0, 3)
     assert value_range(subscript(table([[5, -2], [7, 0]]), (i % 2, j % 2))) == (-2, 7)
+    for c in (-8, -3, -1, 2, 5):  # floored, as Python's (Jacobians' stride solutions divide by -8)
+        for e, values in (((j - 3 * i) // c, [(b - 3 * a) // c for a in range(4) for b in range(3)]),
+                          ((j - 3 * i) % c, [(b - 3 * a) % c for a in range(4) for b in range(3)])):
+            assert value_range(e) == (min(values), max(values)), (e, c)
+    with pytest.raises(TypeError, match="1.5 is not an integer"):
+        value_range(i // 1.5)
 
 
 @pytest.mark.parametrize("build, error, match", [

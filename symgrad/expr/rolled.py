@@ -92,7 +92,7 @@ def value_range(e: Expr) -> tuple[int, int]:
     """The smallest and largest value an index expression takes over its indices' ranges.
 
     Index expressions are built from index symbols, integer constants, ``+``, ``-``, ``*`` by a
-    constant, ``%`` by a positive constant and loads from tables.
+    constant, ``%`` and ``//`` by a nonzero integer constant (floored, as Python's) and loads from tables.
 
     >>> i, j = index("i", 4), index("j", 3)
     >>> value_range(2 * i - j + 1), value_range((i + 3) % 4)
@@ -140,12 +140,14 @@ def _range(node: Expr, ranges: dict, whole: Expr) -> tuple[int, int]:
     if name == "mul" and (r[0][0] == r[0][1] or r[1][0] == r[1][1]):
         products = [a * b for a in r[0] for b in r[1]]
         return min(products), max(products)
-    if name == "mod" and args[1].op.name == "const" and args[1].payload > 0:
-        return 0, int(args[1].payload) - 1
-    if name == "floor_divide" and args[1].op.name == "const" and args[1].payload > 0:
-        return r[0][0] // int(args[1].payload), r[0][1] // int(args[1].payload)
+    c = int(args[1].payload) if len(args) == 2 and args[1].op.name == "const" and args[1].payload and float(
+        args[1].payload).is_integer() else 0
+    if name == "mod" and c:  # (floored, as Python's: the sign of the divisor)
+        return (0, c - 1) if c > 0 else (c + 1, 0)
+    if name == "floor_divide" and c:  # (monotone in the dividend: falling where c < 0)
+        return tuple(sorted((r[0][0] // c, r[0][1] // c)))
     raise TypeError(f"index expression {whole}: {name} is not allowed in an index (use +, -, * by a constant, "
-                    "% and // by a positive constant, and tables)")
+                    "% and // by a nonzero constant, and tables)")
 
 
 def _is_array(node: Expr) -> bool:
