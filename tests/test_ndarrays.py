@@ -282,6 +282,25 @@ def test_hessians_whose_stride_solutions_divide_by_a_negative_number_compile(bac
     np.testing.assert_allclose(got, sg.hessian(f, backend="python")(x), rtol=1e-12, atol=1e-14)
 
 
+def test_jacobian_gathers_compose_the_solutions_of_their_addresses(monkeypatch):
+    """A soak's Hessian through rows summed by vmap, reshaped and transposed: the Jacobian's gather solved
+    t[b - 2*i, i] for b = u + 2*i first, then i = v, and kept i in b's solution (ValueError: tensor: the
+    body also varies over ...). Rolled, it equals the element trace and the Jacobian of the gradient."""
+    x = np.random.default_rng(153479290).normal(size=(8, 8))
+
+    def f(x):
+        v = sg.vmap(lambda u: np.sum(u))(x).reshape(4, -1).T
+        return np.sum(np.tanh(v) * v)
+
+    got = sg.hessian(f, backend="vm")(x)
+    s = np.sum(x, axis=1)  # f = sum_r tanh(s_r) s_r: d2f/ds2 = 2 sech^2 - 2 s tanh sech^2, each row of x
+    d2 = 2 / np.cosh(s) ** 2 * (1 - s * np.tanh(s))
+    want = np.einsum("r,rq,ab->raqb", d2, np.eye(8), np.ones((8, 8)))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    np.testing.assert_allclose(sg.hessian(f, backend="python")(x), want, rtol=1e-12, atol=1e-14)
+
+
 def test_indexing_a_traced_array_with_a_bool_or_a_float_is_an_error_not_a_guess():
     x = sg.array("x", 5)
     for key in (True, np.bool_(False), 1.0, 2.5):

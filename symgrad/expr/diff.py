@@ -15,7 +15,7 @@ import numpy as np
 
 from symgrad.expr import custom, ops, rolled, scans
 from symgrad.expr.build import _as_expr, apply, const
-from symgrad.expr.node import Expr, TracingError, paused_gc
+from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
 from symgrad.progress import CHUNK, progress
 
@@ -254,11 +254,7 @@ def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dic
                                                        apply(ops.load, (back, *outer, *every))))
     elif sites and node.op.name == "scan":  # over a Jacobian's rows too: those are leading axes
         at = rolled.fresh_indices(node)
-        back = rolled.gather(node, sites, at, outer, tidied)
-        if back.free.difference(outer, at):
-            raise TracingError("a Jacobian through the reverse scan of a gradient (a Hessian of a function with "
-                               "sg.scan) whose carries are read where its rows broadcast has no rolled form yet")
-        back = rolled.tensor(back, *outer, *at)
+        back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at)
         for arg, bar in zip(node.args, scans.vjp(node, back, [a in active for a in node.args], grad, outer)):
             if bar is not None:
                 every = rolled.fresh_indices(arg)

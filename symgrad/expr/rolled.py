@@ -440,9 +440,9 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> 
                 return None
             tested.append((address, target))  # (a Jacobian's row cannot scatter: a masked sum instead)
             continue
-        i, value, conditions = step
-        solved[i] = value
-        guards += conditions
+        i, value, conditions = step  # (earlier solutions and conditions may read i: in terms of value now)
+        solved = {k: substitute_indices(v, {i: value}) for k, v in solved.items()} | {i: value}
+        guards = [substitute_indices(g, {i: value}) for g in guards] + conditions
     guards += [target == substitute_indices(address, solved) for address, target in tested]
     term = tidy(_at(w, load, solved), memo)
     for condition in reversed(guards):
