@@ -439,14 +439,43 @@ def _auto_static(value: Any, ints: bool) -> bool:
 
 def _traced(make: Callable[[], Trace]) -> Trace:
     """``make()``; a TracingError that NumPy's own code turned into a ValueError (converting expressions
-    to floats: ``np.asarray(x, dtype=float)``) raised as itself."""
+    to floats: ``np.asarray(x, dtype=float)``) raised as itself; an error inside SciPy's code as a
+    TracingError naming the function and its traced namesake (``_foreign``)."""
     try:
         return make()
-    except ValueError as e:
+    except Exception as e:
         cause = e.__cause__ or e.__context__
-        if isinstance(cause, TracingError):
+        if isinstance(e, ValueError) and isinstance(cause, TracingError):
             raise cause from None
-        raise
+        foreign = _foreign(e)
+        if foreign is None:
+            raise
+        raise foreign from e
+
+
+TRACED_PORTS = {"scipy": "symgrad.scipy"}  # libraries that compute on numbers -> their traced namesakes
+
+
+def _foreign(e: BaseException) -> TracingError | None:
+    """A TracingError for ``e`` raised inside a library of ``TRACED_PORTS`` (SciPy's functions compute on
+    numbers; given traced arrays they fail deep inside): which function, where, and what to call instead."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__", "").split(".")[0] not in TRACED_PORTS:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    module, name = tb.tb_frame.f_globals["__name__"], tb.tb_frame.f_code.co_name
+    public = ".".join(part for part in module.split(".") if not part.startswith("_"))
+    ours = TRACED_PORTS[module.split(".")[0]] + public[public.index("."):] if "." in public else ""
+    try:
+        has = name in getattr(__import__(ours, fromlist=["_"]), "__all__", ())
+    except ImportError:
+        has = False
+    advice = (f"use {ours}.{name}, its traced form" if has else
+              "compute it with NumPy's functions, or give it a derivative with sg.custom_jvp / sg.custom_vjp")
+    return TracingError(f"{public}.{name} computes on numbers, not traced arrays ({type(e).__name__}: "
+                        f"{str(e)[:120]} at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}): "
+                        f"{advice}")
 
 
 def _int_use(e: Exception) -> bool:
