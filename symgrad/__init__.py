@@ -50,7 +50,7 @@ from symgrad.pytree import (
     tree_structure,
     tree_unflatten,
 )
-from symgrad.special import gammaln, log_softmax, logsumexp, multigammaln, softmax
+from symgrad.special import digamma, gammaln, log_softmax, logsumexp, multigammaln, polygamma, softmax
 from symgrad.trace import (
     Function,
     grad,

@@ -65,32 +65,57 @@ def log_softmax(x: Any, axis: Any = -1) -> Any:
 
 
 def gammaln(x: Any) -> Any:
-    """``log |Gamma(x)|`` (SciPy's and JAX's ``gammaln``) of numbers known while tracing (a Python int
-    argument is specialised on its value); a traced value raises TracingError (no op for it yet).
+    """``log |Gamma(x)|`` (SciPy's and JAX's ``gammaln``), elementwise; its derivative is ``digamma``.
 
+    >>> import symgrad as sg
     >>> round(float(gammaln(5.0)), 12) == round(float(np.log(24.0)), 12)
     True
+    >>> round(float(sg.grad(lambda x: np.sum(gammaln(x)))(np.array([1.0]))[0]), 12)  # -Euler's gamma
+    -0.577215664902
     """
-    import scipy.special
+    return FUNCS["gammaln"](x)
 
-    return scipy.special.gammaln(_known(x, "gammaln"))
+
+def digamma(x: Any) -> Any:
+    """``psi(x)``, the derivative of ``gammaln`` (SciPy's ``digamma`` / ``psi``), elementwise.
+
+    >>> round(float(digamma(1.0)), 12)
+    -0.577215664902
+    """
+    return FUNCS["digamma"](x)
+
+
+def polygamma(n: Any, x: Any) -> Any:
+    """The ``n``-th derivative of ``digamma`` (SciPy's and JAX's ``polygamma``; ``n`` a whole number
+    known while tracing), elementwise.
+
+    >>> round(float(polygamma(1, 1.0)), 12) == round(np.pi ** 2 / 6, 12)
+    True
+    """
+    n = _known(n, "polygamma's order n")
+    if not np.all(np.floor(n) == n) or np.any(np.asarray(n) < 0):
+        raise ValueError(f"polygamma: the order n must be a whole number >= 0, got {n!r}")
+    return FUNCS["polygamma"](np.asarray(n, dtype=float)[()], x)
 
 
 def multigammaln(a: Any, d: int) -> Any:
     """The log of the multivariate gamma function of dimension ``d`` (SciPy's and JAX's
-    ``multigammaln``: a Wishart prior's constant), of numbers known while tracing, as ``gammaln``.
+    ``multigammaln``: a Wishart prior's constant): ``d (d - 1) / 4 log(pi)`` plus the ``gammaln``
+    of ``a - j / 2`` for j below d.
 
     >>> import symgrad as sg
-    >>> bool(sg.grad(lambda x, m: x * multigammaln(0.5 * (m + 3), 2))(1.0, 0) == multigammaln(1.5, 2))
+    >>> g = sg.grad(lambda a: multigammaln(a, 2))(1.5)
+    >>> round(float(g), 12) == round(float(digamma(1.5) + digamma(1.0)), 12)
     True
     """
-    import scipy.special
-
-    return scipy.special.multigammaln(_known(a, "multigammaln"), d)
+    d = int(_known(d, "multigammaln's dimension d"))
+    if d < 1:
+        raise ValueError(f"multigammaln: the dimension d must be >= 1, got {d}")
+    return d * (d - 1) / 4 * np.log(np.pi) + sum(gammaln(a - j / 2) for j in range(d))
 
 
 def _known(x: Any, name: str) -> Any:
     if isinstance(x, Expr) or isinstance(x, np.ndarray) and x.dtype == object:
-        raise TracingError(f"{name} of a traced value: no op for it yet (pass the value as a Python int or "
-                           "float that is not differentiated, or compute it outside the traced function)")
+        raise TracingError(f"{name} is traced: it must be a number known while tracing (a Python int "
+                           "argument is specialised on its value)")
     return x

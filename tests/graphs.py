@@ -42,6 +42,9 @@ GUARDS = {
     "tan": lambda a: sg.tan(_unit(a)),
     "hypot": lambda a, b: sg.hypot(a, b + 0.25),
     "atan2": lambda a, b: sg.atan2(a, _pos(b)),
+    "gammaln": lambda a: sg.gammaln(_pos(a) + 0.25),
+    "digamma": lambda a: sg.digamma(_pos(a) + 0.25),
+    "polygamma": lambda a, b: sg.polygamma(2, _pos(a) + _pos(b) + 0.25),  # (the order: a whole number)
 }
 OP_NAMES = list(ops.FUNCTIONS)
 SMOOTH = [n for n in OP_NAMES if ops.OPS[n].branch is None and ops.OPS[n].partials[0] is not None]

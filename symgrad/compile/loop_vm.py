@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from symgrad.compile import cache, fastmath, loops, vm
+from symgrad.compile import cache, fastmath, loops, special, vm
 from symgrad.compile.kernels import SIGNATURES, Kernels, register
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import const
@@ -102,6 +102,7 @@ import math
 import numba
 import numpy as np
 ''' + fastmath.IMPORT + '''
+''' + special.IMPORT + '''
 
 _jit = dict(error_model="numpy")
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compile import cache, fastmath
+from symgrad.compile import cache, fastmath, special
 from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
@@ -237,7 +237,7 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     nx, np_ = len(Layout(inputs)), len(Layout(params))
     sizes = f"x.shape[0] != {nx} or p.shape[0] != {np_} or out.shape[0] != {offset}"
     checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n    work = np.empty(WORK)\n"
-    header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n\n"
+    header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n{special.IMPORT}\n\n"
     return (header + "".join(h + "\n" for h in head) +
             f"WORK = {filler.work}  # floats of workspace its temporary arrays take\n"
             f"\n\n@numba.njit(error_model='numpy')\ndef kernel(x, p, out, work):\n{body}\n"

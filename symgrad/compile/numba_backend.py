@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from symgrad.compile import special
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
 from symgrad.expr.ops import OPS
 
@@ -24,6 +25,7 @@ import math
 import numba
 import numpy as np
 import math as fastmath  # straight-line code has no loop to vectorise: the C library's functions
+''' + special.IMPORT + '''
 
 _jit = dict(error_model="numpy")
 '''

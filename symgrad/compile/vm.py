@@ -11,7 +11,7 @@ the dispatch is paid once per block, not per point.
 
 from __future__ import annotations
 
-from symgrad.compile import fastmath
+from symgrad.compile import fastmath, special
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE
 from symgrad.expr.ops import OPS
 
@@ -23,6 +23,7 @@ import math
 import numba
 import numpy as np
 ''' + fastmath.IMPORT + '''
+''' + special.IMPORT + '''
 
 _jit = dict(error_model="numpy")
 

@@ -75,6 +75,8 @@ _SCIPY: dict[str, Callable] = {
     "xlog1py": lambda x, y: _F["where"](x == 0.0, 0.0, x * _F["log1p"](y)),
     "entr": lambda a: _F["where"](a > 0.0, -a * _F["log"](a), _F["where"](a == 0.0, 0.0, -_INF)),
     "softplus": _F["softplus"],
+    "gammaln": _F["gammaln"],
+    "psi": _F["digamma"],  # (scipy.special.digamma is psi)
 }
 
 

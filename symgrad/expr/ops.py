@@ -380,5 +380,23 @@ custom = _row("custom", -1, lambda value, *args: value, None, to_sympy=lambda va
               template=lambda node: (f"{node.payload.name}(", *sum((((k, 0), ", ") for k in range(
                   1, len(node.args))), ())[:-1], ")"))
 
+# The gamma family (rows added last, for the same reason): SciPy's values in the interpreter, Numba's
+# from compile/special.py. polygamma's order is a whole-number constant (nan otherwise, as SciPy's).
+
+
+def _scipy(name: str) -> Callable:
+    return lambda *args: getattr(importlib.import_module("scipy.special"), name)(*args)
+
+
+gammaln = _row("gammaln", 1, _scipy("gammaln"), "special.gammaln({0})", (lambda a, o: digamma(a),),
+               to_sympy="loggamma", latex=_func(r"\ln\Gamma"), doc="log |Gamma(a)| (SciPy's gammaln)")
+digamma = _row("digamma", 1, _scipy("psi"), "special.digamma({0})", (lambda a, o: polygamma(1.0, a),),
+               aliases=("psi",), to_sympy="digamma", latex=_func(r"\psi"), doc="the derivative of gammaln")
+polygamma = _row("polygamma", 2, _scipy("polygamma"), "special.polygamma({0}, {1})",
+                 (None, lambda n, a, o: polygamma(n + 1.0, a)), to_sympy="polygamma",
+                 latex=(r"\psi^{(", (0, 0), r")}\left(", (1, 0), r"\right)"),
+                 doc="the n-th derivative of digamma (args: n, a whole number, and a)")
+FUNCTIONS.update(gammaln=gammaln, digamma=digamma, polygamma=polygamma)
+
 # Late import: rows are callable (they build nodes), and build needs the rows.
 from symgrad.expr import build  # noqa: E402

@@ -495,7 +495,7 @@ def costly(node: Expr) -> bool:
     (False, True)
     """
     template = node.op.numba or ""  # ("math." also finds fastmath.'s calls)
-    return node.op.name in ("sum", "max", "min") or "math." in template or "np." in template
+    return node.op.name in ("sum", "max", "min") or any(call in template for call in ("math.", "np.", "special."))
 
 
 def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:

@@ -1,6 +1,7 @@
 """``jax.scipy.special`` for ports: symgrad's ``logsumexp`` (stable, and traced where SciPy's assigns
-through a mask), ``gammaln`` and ``multigammaln`` (of values known while tracing); every other name
-is SciPy's own (``expit``, ``erf``, ``xlogy`` ...: traced as symgrad's ops).
+through a mask), ``gammaln``, ``digamma`` (``psi``), ``polygamma`` and ``multigammaln`` (ops of
+their own, derivatives to any order); every other name is SciPy's own (``expit``, ``erf``, ``xlogy``
+...: traced as symgrad's ops).
 
 >>> import numpy as np, symgrad as sg
 >>> from symgrad.scipy.special import expit, logsumexp
@@ -14,9 +15,10 @@ from typing import Any
 
 import scipy.special as _special
 
-from symgrad.special import gammaln, logsumexp, multigammaln
+from symgrad.special import digamma, gammaln, logsumexp, multigammaln, polygamma
 
-__all__ = ["gammaln", "logsumexp", "multigammaln"]
+psi = digamma
+__all__ = ["digamma", "gammaln", "logsumexp", "multigammaln", "polygamma", "psi"]
 
 
 def __getattr__(name: str) -> Any:
