@@ -140,14 +140,19 @@ def _range(node: Expr, ranges: dict, whole: Expr) -> tuple[int, int]:
     if name == "mul" and (r[0][0] == r[0][1] or r[1][0] == r[1][1]):
         products = [a * b for a in r[0] for b in r[1]]
         return min(products), max(products)
-    c = int(args[1].payload) if len(args) == 2 and args[1].op.name == "const" and args[1].payload and float(
-        args[1].payload).is_integer() else 0
+    c = _divisor(args[1]) if len(args) == 2 else 0
     if name == "mod" and c:  # (floored, as Python's: the sign of the divisor)
         return (0, c - 1) if c > 0 else (c + 1, 0)
     if name == "floor_divide" and c:  # (monotone in the dividend: falling where c < 0)
         return tuple(sorted((r[0][0] // c, r[0][1] // c)))
     raise TypeError(f"index expression {whole}: {name} is not allowed in an index (use +, -, * by a constant, "
                     "% and // by a nonzero constant, and tables)")
+
+
+def _divisor(node: Expr) -> int:
+    """The nonzero whole number a constant holds (a divisor an index may use), else 0."""
+    value = node.payload if node.op.name == "const" else 0
+    return int(value) if value and float(value).is_integer() else 0
 
 
 def _is_array(node: Expr) -> bool:
