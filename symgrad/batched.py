@@ -3,8 +3,9 @@
 ``vmap(fn)`` is a compiled function (``sg.jit``) of the batch. Traced on rolled arrays (large
 batches) fn sees one example, placeholders shaped like a row, and the batch is one more index
 in the rolled expressions (``symgrad.expr.batching``): one trace, a loop over the rows in the
-compiled code, matrix-vector work per example turned into matrix products. Traced element by
-element (small arrays), fn is called once per row and the results stacked.
+compiled code, matrix-vector work per example turned into matrix products; so are NumPy arrays
+mapped inside a trace (``np.arange(n)``: captured constants). Traced element by element (small
+arrays), or where fn needs a row as a Python value, fn is called once per row, results stacked.
 
 It composes: ``sg.vmap(sg.grad(loss), in_axes=(None, 0, 0))`` gives per-example gradients,
 ``sg.grad(lambda w: np.sum(sg.vmap(f, (None, 0))(w, X)))`` differentiates through a batch.
@@ -22,7 +23,7 @@ from symgrad import pytree
 from symgrad.expr import batching, ndarrays, rolled
 from symgrad.expr.build import Var, const
 from symgrad.expr.functions import wrap
-from symgrad.expr.node import Expr
+from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.traverse import as_expr_list, object_array
 from symgrad.trace import Function
 
@@ -77,15 +78,24 @@ class Batched:
         leaf_axes = [a for arg, axis in zip(in_order, (*axes, *[0] * len(kwargs)))
                      for a in _per_leaf(arg, axis, self.__name__)]
         size = _size(leaves, leaf_axes, self.__name__)
+        ints = [ndarrays.holds_integers(leaf) for leaf in leaves]
         if all(_is_rolled(leaf) for leaf, a in zip(leaves, leaf_axes) if a is not None):
-            return self._rolled(leaves, leaf_axes, treedef, size)
+            return self._rolled(leaves, leaf_axes, treedef, size, ints)
+        captured = [ndarrays.operand(leaf) if a is not None and _numbers(leaf) and ndarrays.tracing() else leaf
+                    for leaf, a in zip(leaves, leaf_axes)]
+        if all(_is_rolled(leaf) for leaf, a in zip(captured, leaf_axes) if a is not None):
+            try:  # NumPy arrays mapped inside a trace (an np.arange of rows): one trace, not one per row
+                return self._rolled(captured, leaf_axes, treedef, size, ints)
+            except TracingError:  # (fn needs a row as a Python value: a shape, a range)
+                pass
         return self._rows(leaves, leaf_axes, treedef, size)
 
-    def _rolled(self, leaves: list, leaf_axes: list, treedef: Any, size: int) -> Any:
-        """One call of fn on placeholders for a row, then the batch as an extra index."""
+    def _rolled(self, leaves: list, leaf_axes: list, treedef: Any, size: int, ints: list) -> Any:
+        """One call of fn on placeholders for a row, then the batch as an extra index (``ints``: which
+        leaves hold integers, whose rows may index)."""
         k = next(_fresh)
         b = rolled.fresh_index(rolled.index("b", size))  # (named from the one counter derivatives use)
-        mapped, row_leaves = {}, []
+        mapped, row_leaves, indices = {}, [], []
         for n, (leaf, axis) in enumerate(zip(leaves, leaf_axes)):
             if axis is None:
                 row_leaves.append(leaf)
@@ -94,8 +104,9 @@ class Batched:
             row = rolled.array(f"row#{k}_{n}", shape) if shape else Var(f"row#{k}_{n}")
             mapped[row] = (leaf, axis)
             row_leaves.append(row)
+            indices.append(n)
         row_args, row_kwargs = pytree.unflatten(treedef, row_leaves)
-        with ndarrays.integers(row for row, (leaf, _) in mapped.items() if ndarrays.holds_integers(leaf)):
+        with ndarrays.integers(row for row, n in zip(mapped, indices) if ints[n]):
             out, out_tree = pytree.flatten(self.fn(*row_args, **row_kwargs))
         out = [_rolled_output(o, self.__name__) for o in out]
         results = batching.batch(out, mapped, b)
@@ -120,6 +131,10 @@ class Batched:
 
 def _is_rolled(leaf: Any) -> bool:
     return isinstance(leaf, Expr) and leaf.op.array_valued
+
+
+def _numbers(leaf: Any) -> bool:
+    return isinstance(leaf, np.ndarray) and leaf.dtype.kind in "biuf" and leaf.ndim > 0 and leaf.size > 0
 
 
 def _in_axes(spec: Any, n: int, who: str) -> list:
