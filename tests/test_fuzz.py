@@ -320,6 +320,22 @@ def test_chaotic_finite_differences_give_no_verdict():
     assert not found, _report(found)
 
 
+def test_jvps_of_cancelling_terms_are_compared_at_their_own_noise(monkeypatch):
+    """A soak's sum of deviations (identically 0, gradient exactly 0): its jvp, the tangents of 81 terms near
+    1e4 cancelling, was -8.2e-12, reported against grad . tangent = 0. The jvp's own noise (its value when
+    the library results move by an ulp) is part of the tolerance; an error above it is still found."""
+    p = _program("def f(w):\n"
+                 "    v4 = np.cumsum(w)[np.random.default_rng(96).integers(0, w.shape, size=(8, 9))]\n"
+                 "    v6 = v4.T @ v4 * (v4.T @ v4)\n"
+                 "    return np.sum(v6 - np.mean(v6))\n", shapes=((72,),), seed=1600849484)
+    found, status = fuzz.check(p, backends=("python", "vm"), extras=("jvp",))
+    assert status == "ok" and not found, _report(found)
+    jvp = sg.jvp
+    monkeypatch.setattr(sg, "jvp", lambda *a, **k: (lambda v, t: (v, t + 1e-7))(*jvp(*a, **k)))
+    found, _ = fuzz.check(p, backends=("python",), extras=("jvp",))
+    assert ("jvp:python", "jvp", "wrong") in [d.key for d in found]
+
+
 def test_hessian_vector_differences_that_have_not_converged_are_no_disagreement():
     """A soak's hvp against central differences of the gradient (sin of a squared running sum: curvature
     ~1e9): each step's own truncation error, estimated from the step before, is part of the tolerance."""
