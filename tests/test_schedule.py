@@ -79,3 +79,29 @@ def test_a_scatter_added_into_a_buffer_of_another_shape_is_refused():
     wrong = [Step("zero", (grad,)), Step("add", (scatter,))]
     with pytest.raises(ScheduleError, match=r"of shape \(8,\) into the buffer of .* of shape \(8, 8\)"):
         verify(Schedule(good.outputs[-1:], good.order, wrong, {scatter: grad}))
+
+
+@pytest.mark.parametrize("backend", ["vm", "numba"])
+def test_scatters_the_rest_of_a_gradient_also_reads_keep_buffers_of_their_own(backend):
+    """Two soak programs (abs through a permutation, and a reversed pad): the gradient's tensor is
+    adj + where(w == 0, 0, -sign(w) * adj) with adj the sum of two scatters. The scatters were added into
+    the tensor's buffer after its other terms, which read them: the checker refused the schedule
+    (ScheduleError: reads ... before it is computed). Such scatters keep buffers of their own."""
+    rng = np.random.default_rng(1910803889)
+    w, x = rng.normal(size=(8, 8)), rng.normal(size=4)
+    perm = np.random.default_rng(24).permutation(8)
+
+    def f(w):
+        v = (np.trace(w) + (w - np.abs(w)))[perm]
+        return np.sum(np.tanh(v) * v)
+
+    def g(x):
+        v = np.pad(x - np.abs(x), (2, 3))
+        v = v[np.arange(v.shape[0])[::-1]].reshape(3, -1)
+        return np.sum(np.tanh(v) * v)
+
+    for fn, arg in ((f, w), (g, x)):
+        value, grad = sg.value_and_grad(fn, backend=backend)(arg)
+        want_value, want_grad = sg.value_and_grad(fn, backend="python")(arg)
+        assert value == pytest.approx(want_value, rel=1e-14)
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-13, atol=1e-14)

@@ -234,8 +234,13 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
                      and all(a is b for a, b in zip(m.args[1:], t.args[1:]))  # each entry: t[:1] of a
                      and m.args[0].shape == t.shape  # scatter of 8 is not the scatter adding into t)
                      and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
-            rest = [m for m in terms if all(m is not a for a in added)]
-            rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
+            while True:  # a scatter the other terms read too (abs's partial: where(w == 0, 0, -sign(w)*adj))
+                rest = [m for m in terms if all(m is not a for a in added)]  # keeps a buffer of its own
+                rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
+                read = loaded(rest) if rest is not None else set()
+                if not any(m.args[0] in read for m in added):
+                    break
+                added = [m for m in added if m.args[0] not in read]
             if added and rest not in present:  # (else the rest is an array others read: it keeps its buffer)
                 accumulating[t] = [rest, *(m.args[0] for m in added)]
                 hidden.update(m.args[0] for m in added)
