@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ _TP0, _TP1, _TP2 = -9.64399179425052238628e-01, -9.92877231001918586564e+01, -1.
 _TQ0, _TQ1, _TQ2 = 1.12811678491632931402e+02, 2.23548839060100448583e+03, 4.84406305325125486048e+03
 _EXP_MAX, _EXP_MIN = 709.782712893383973096, -745.13321910194110842
 _TINY = 2.2250738585072014e-308  # the smallest normal double
-FUNCTIONS = ("exp", "expm1", "tanh", "log", "log1p")  # the math functions (as_index is not one)
+FUNCTIONS = ("exp", "expm1", "tanh", "log", "log1p")  # the math functions (as_index, select ... are not)
+CALLS = re.compile(rf"fastmath\.({'|'.join(FUNCTIONS)})\(")  # a call of one in generated code
 
 
 @intrinsic
@@ -142,6 +144,64 @@ def tanh(x: float) -> float:
     small = a + a * (z * ((_TP0 * z + _TP1) * z + _TP2) / (((z + _TQ0) * z + _TQ1) * z + _TQ2))
     out = math.copysign(1.0 - 2.0 / (s + 1.0) if a >= 0.625 else small, x)
     return out if x == x else x
+
+
+# Selections and comparisons as LLVM selects (the op table's where, lt ... ne, maximum, minimum): Python's
+# `a if c else b` is a branch, and straight-line kernels with thousands of them took Numba minutes (2000
+# wheres: 115 s; a Hessian's 7104 instructions: over 10 minutes and 9 GB). Every operand of a
+# straight-line kernel is computed already, so a select is the same value. Integer operands (index
+# arithmetic in loops) are converted to float64 first, as Python compares them.
+
+
+def _doubles(context: Any, builder: Any, signature: Any, args: Any) -> list:
+    return [context.cast(builder, v, t, types.float64) for v, t in zip(args, signature.args)]
+
+
+def _numbers(*tys: Any) -> bool:
+    return all(isinstance(t, types.Float | types.Integer | types.Boolean) for t in tys)
+
+
+def _comparison(name: str, op: str, ordered: bool) -> Any:
+    def compare(typingctx: Any, a: Any, b: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            x, y = _doubles(context, builder, signature, args)
+            test = (builder.fcmp_ordered if ordered else builder.fcmp_unordered)(op, x, y)
+            return builder.uitofp(test, ir.DoubleType())
+        return (types.float64(a, b), codegen) if _numbers(a, b) else None
+    compare.__name__ = compare.__qualname__ = name
+    return intrinsic(compare)
+
+
+lt, le, gt, ge = (_comparison(n, o, True) for n, o in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")))
+eq, ne = _comparison("eq", "==", True), _comparison("ne", "!=", False)  # (nan != x holds, as in Python)
+
+
+@intrinsic
+def select(typingctx: Any, c: Any, a: Any, b: Any) -> Any:
+    """``a`` where ``c`` is nonzero (nan included), else ``b``: the op ``where``."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        c, a, b = _doubles(context, builder, signature, args)
+        return builder.select(builder.fcmp_unordered("!=", c, ir.Constant(ir.DoubleType(), 0.0)), a, b)
+    return (types.float64(c, a, b), codegen) if _numbers(c, a, b) else None
+
+
+def _extremum(name: str, op: str) -> Any:
+    def extremum(typingctx: Any, a: Any, b: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            x, y = _doubles(context, builder, signature, args)
+            zero = ir.Constant(ir.DoubleType(), 0.0)
+            out = builder.select(builder.fcmp_ordered(op, x, y), x, y)
+            out = builder.select(builder.fcmp_unordered("uno", y, y), y, out)  # nan propagates, as NumPy's
+            out = builder.select(builder.fcmp_unordered("uno", x, x), x, out)
+            zeros = builder.and_(builder.fcmp_ordered("==", x, zero), builder.fcmp_ordered("==", y, zero))
+            signed = builder.fadd(x, y) if op == ">" else builder.fneg(builder.fsub(builder.fneg(x), y))
+            return builder.select(zeros, signed, out)  # (-0 < +0: the same for either order)
+        return (types.float64(a, b), codegen) if _numbers(a, b) else None
+    extremum.__name__ = extremum.__qualname__ = name
+    return intrinsic(extremum)
+
+
+maximum, minimum = _extremum("maximum", ">"), _extremum("minimum", "<")
 
 
 @numba.njit(inline="always", error_model="numpy")

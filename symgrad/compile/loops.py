@@ -334,7 +334,7 @@ def _copied(emitter: _Emitter, memory: str, start: int | str, source: str, size:
 
 _LIBRARY_CALL = re.compile(r"(?<![\w.])math\.\w+\(")  # a C library call (not fastmath's)
 _ACCUMULATES = re.compile(r"^\s*a\d+ = ")  # the emitter's reduction accumulators: a loop-carried sum
-_FASTMATH = re.compile(rf"fastmath\.({'|'.join(fastmath.FUNCTIONS)})\(")
+_FASTMATH = fastmath.CALLS
 _LIBRARY_NAMES = re.compile(rf"(?<![\w.])math\.({'|'.join(fastmath.FUNCTIONS)})\(")
 
 

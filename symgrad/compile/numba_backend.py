@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import math
 
-from symgrad.compile import special
+from symgrad.compile import fastmath, special
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
 from symgrad.expr.ops import OPS
 
-_TEMPLATES = [op.numba for op in OPS.values()]
-GENERATOR_VERSION = 4
+# Straight-line code has no loop to vectorise: fastmath's exp ... are the C library's here (fastmath's
+# selects and comparisons stay: branches there took Numba minutes).
+_TEMPLATES = [op.numba and fastmath.CALLS.sub(r"math.\1(", op.numba) for op in OPS.values()]
+GENERATOR_VERSION = 5
 
 HEADER = '''"""symgrad kernels for program {key} (generated; edits are overwritten)."""
 import math
 
 import numba
 import numpy as np
-import math as fastmath  # straight-line code has no loop to vectorise: the C library's functions
+''' + fastmath.IMPORT + '''
 ''' + special.IMPORT + '''
 
 _jit = dict(error_model="numpy")

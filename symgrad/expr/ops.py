@@ -244,11 +244,11 @@ floor = _row("floor", 1, np.floor, "np.floor({0})", (None,), ufunc=np.floor, ali
              to_sympy="floor", branch=np.floor, latex=(r"\left\lfloor ", (0, 0), r"\right\rfloor"), finite=True)
 ceil = _row("ceil", 1, np.ceil, "np.ceil({0})", (None,), ufunc=np.ceil, aliases=("__ceil__",),
             to_sympy="ceiling", branch=np.ceil, latex=(r"\left\lceil ", (0, 0), r"\right\rceil"), finite=True)
-minimum = _row("minimum", 2, _min, "(-(-{0} - {1}) if {0} == 0.0 and {1} == 0.0 else np.minimum({0}, {1}))",
+minimum = _row("minimum", 2, _min, "fastmath.minimum({0}, {1})",
                (lambda a, b, o: _kink(gt(a, b), a, b), lambda a, b, o: _kink(lt(a, b), a, b)),
                commutative=True, ufunc=np.minimum, to_sympy="Min",
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\min", 2), finite=True)
-maximum = _row("maximum", 2, _max, "({0} + {1} if {0} == 0.0 and {1} == 0.0 else np.maximum({0}, {1}))",
+maximum = _row("maximum", 2, _max, "fastmath.maximum({0}, {1})",
                (lambda a, b, o: _kink(lt(a, b), a, b), lambda a, b, o: _kink(gt(a, b), a, b)),
                commutative=True, ufunc=np.maximum, to_sympy="Max",
                branch=lambda a, b: np.sign(a - b), latex=_func(r"\max", 2), finite=True)
@@ -257,26 +257,26 @@ relu = _row("relu", 1, lambda a: np.maximum(a, 0.0) + 0.0, "(np.maximum({0}, 0.0
             finite=True)
 
 # ---- conditions (1.0 true, 0.0 false) and selection ----------------------------------------------
-lt = _row("lt", 2, _cmp(np.less), "(1.0 if {0} < {1} else 0.0)", (None, None), ufunc=np.less,
+lt = _row("lt", 2, _cmp(np.less), "fastmath.lt({0}, {1})", (None, None), ufunc=np.less,
           to_sympy=_sympy_cmp("Lt"),
           branch=_cmp(np.less), **_infix(" < ", CMP, CMP + 1, CMP + 1), finite=True)
-le = _row("le", 2, _cmp(np.less_equal), "(1.0 if {0} <= {1} else 0.0)", (None, None), ufunc=np.less_equal,
+le = _row("le", 2, _cmp(np.less_equal), "fastmath.le({0}, {1})", (None, None), ufunc=np.less_equal,
           to_sympy=_sympy_cmp("Le"),
           branch=_cmp(np.less_equal), **_infix(" <= ", CMP, CMP + 1, CMP + 1, r" \leq "), finite=True)
-gt = _row("gt", 2, _cmp(np.greater), "(1.0 if {0} > {1} else 0.0)", (None, None), ufunc=np.greater,
+gt = _row("gt", 2, _cmp(np.greater), "fastmath.gt({0}, {1})", (None, None), ufunc=np.greater,
           to_sympy=_sympy_cmp("Gt"),
           branch=_cmp(np.greater), **_infix(" > ", CMP, CMP + 1, CMP + 1), finite=True)
-ge = _row("ge", 2, _cmp(np.greater_equal), "(1.0 if {0} >= {1} else 0.0)", (None, None), ufunc=np.greater_equal,
+ge = _row("ge", 2, _cmp(np.greater_equal), "fastmath.ge({0}, {1})", (None, None), ufunc=np.greater_equal,
           to_sympy=_sympy_cmp("Ge"), branch=_cmp(np.greater_equal),
           **_infix(" >= ", CMP, CMP + 1, CMP + 1, r" \geq "), finite=True)
-eq = _row("eq", 2, _cmp(np.equal), "(1.0 if {0} == {1} else 0.0)", (None, None), ufunc=np.equal,
+eq = _row("eq", 2, _cmp(np.equal), "fastmath.eq({0}, {1})", (None, None), ufunc=np.equal,
           commutative=True, to_sympy=_sympy_cmp("Eq"), branch=_cmp(np.equal), doc="a == b as 1.0 / 0.0",
           **_infix(" == ", CMP, CMP + 1, CMP + 1, " = "), finite=True)
-ne = _row("ne", 2, _cmp(np.not_equal), "(1.0 if {0} != {1} else 0.0)", (None, None), ufunc=np.not_equal,
+ne = _row("ne", 2, _cmp(np.not_equal), "fastmath.ne({0}, {1})", (None, None), ufunc=np.not_equal,
           commutative=True, to_sympy=_sympy_cmp("Ne"), branch=_cmp(np.not_equal), doc="a != b as 1.0 / 0.0",
           **_infix(" != ", CMP, CMP + 1, CMP + 1, r" \neq "), finite=True)
 COMPARISONS = frozenset(("lt", "le", "gt", "ge", "eq", "ne"))  # 0/1 valued, no derivative
-where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "({1} if {0} != 0.0 else {2})",
+where = _row("where", 3, lambda c, a, b: np.where(c != 0, a, b), "fastmath.select({0}, {1}, {2})",
              (None, lambda c, a, b, o: where(c, 1.0, 0.0), lambda c, a, b, o: where(c, 0.0, 1.0)),
              to_sympy=lambda c, a, b: sympy.Piecewise((a, sympy.Ne(c, 0)), (b, True)),
              branch=lambda c, a, b: c != 0, finite=True)

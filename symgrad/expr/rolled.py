@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -499,8 +500,11 @@ def costly(node: Expr) -> bool:
     >>> costly(subscript(x, i) * 2.0), costly(reduce("sum", subscript(x, i), i))
     (False, True)
     """
-    template = node.op.numba or ""  # ("math." also finds fastmath.'s calls)
+    template = _CHEAP.sub("(", node.op.numba or "")  # ("math." also finds fastmath.'s calls)
     return node.op.name in ("sum", "max", "min") or any(call in template for call in ("math.", "np.", "special."))
+
+
+_CHEAP = re.compile(r"fastmath\.(select|lt|le|gt|ge|eq|ne)\(")  # calls that are arithmetic: a select, a compare
 
 
 def substitute_indices(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
