@@ -16,7 +16,7 @@ import numba
 import pytest
 
 import symgrad as sg
-from symgrad.compile import cache
+from symgrad.compile import cache, numba_backend
 
 SCRIPT = """
 import json, sys
@@ -71,7 +71,8 @@ def test_corrupt_entries_are_rebuilt(tmp_path):
     assert run(tmp_path, "numba", salt=1.0)["misses"] == 1
     assert run(tmp_path, "numba", salt=1.0)["hits"] == 1  # and the rebuilt entry is used
     # Numba's own cache setting never moves symgrad's files out of the checked folder.
-    assert not list(Path(os.environ.get("NUMBA_CACHE_DIR", tmp_path / "none")).glob("**/k4_*"))
+    modules = f"**/k{numba_backend.GENERATOR_VERSION}_*"
+    assert not list(Path(os.environ.get("NUMBA_CACHE_DIR", tmp_path / "none")).glob(modules))
 
 
 def test_two_processes_compiling_at_once_both_succeed(tmp_path):
@@ -271,9 +272,10 @@ def test_eviction_runs_in_one_process_at_a_time(tmp_path):
 
 def test_the_cache_size_limit_holds_across_processes(tmp_path):
     run(tmp_path, "numba", salt=6.0)
-    first = {p.name for p in tmp_path.glob(f"{NUMBA}/**/k4_*")}
+    modules = f"{NUMBA}/**/k{numba_backend.GENERATOR_VERSION}_*"
+    first = {p.name for p in tmp_path.glob(modules)}
     run(tmp_path, "numba", salt=7.0, SYMGRAD_CACHE_SIZE="1K")  # a new entry: evicts the old ones
-    left = {p.name for p in tmp_path.glob(f"{NUMBA}/**/k4_*")}
+    left = {p.name for p in tmp_path.glob(modules)}
     assert first and not first & left and left
 
 

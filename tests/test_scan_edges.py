@@ -210,3 +210,13 @@ def test_vmap_of_the_gradient_of_a_scan_with_a_scalar_carry():
 
     np.testing.assert_array_equal(sg.vmap(sg.grad(found, backend="python"), backend="python")(np.stack([x] * 3)),
                                   np.zeros((3, 24)))
+
+
+def test_a_scan_node_over_a_scalar_says_so():
+    """A mutated document's scan read a scalar as its stacked rows: IndexError deep inside (hypothesis,
+    test_hostile); scans.make names the shapes (sg.loads turns that into a FormatError)."""
+    from symgrad.expr import rolled, scans
+
+    c, x = scans.placeholder((2,)), scans.placeholder((2,))
+    with pytest.raises(ValueError, match="the stacked inputs have shapes"):
+        scans.make(c * x, c, rolled.array("c0", 2), [(x, sg.Var("v"))], [])

@@ -159,7 +159,12 @@ def loop_body(node: Expr) -> set:
     """The scalar nodes a tensor's, scatter's or reduction's loop computes: its body's graph, not
     descending into the arrays it reads. A reduction may ride in another loop only if none of
     this is another reduction and no array's loop needs it (it is complete after the loop only)."""
-    seen, stack = {node.args[0]}, [node.args[0]]
+    return scalar_graph(node.args[0])
+
+
+def scalar_graph(root: Expr) -> set:
+    """``root``'s graph, not descending into the arrays it reads."""
+    seen, stack = {root}, [root]
     while stack:
         for a in stack.pop().args:
             if a not in seen and not a.op.array_valued:

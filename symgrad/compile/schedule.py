@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from symgrad.compile.plan import REDUCTIONS, loop_body, plan
+from symgrad.compile.plan import REDUCTIONS, loop_body, plan, scalar_graph
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import costly, tensor, value_range
 from symgrad.expr.traverse import topo_order
@@ -236,11 +236,11 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
                      and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
             while True:  # a scatter the other terms read too (abs's partial: where(w == 0, 0, -sign(w)*adj))
                 rest = [m for m in terms if all(m is not a for a in added)]  # keeps a buffer of its own
-                rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
-                read = loaded(rest) if rest is not None else set()
+                read = {n.args[0] for n in scalar_graph(_sum(rest)) if n.op.name == "load"} if rest else set()
                 if not any(m.args[0] in read for m in added):
                     break
                 added = [m for m in added if m.args[0] not in read]
+            rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
             if added and rest not in present:  # (else the rest is an array others read: it keeps its buffer)
                 accumulating[t] = [rest, *(m.args[0] for m in added)]
                 hidden.update(m.args[0] for m in added)

@@ -88,7 +88,7 @@ def make(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, revers
     >>> R.shape  # every carry: the initial one, then one a step
     (6, 2)
     """
-    length = stacked[0][1].shape[0] if stacked else length
+    length = stacked[0][1].shape[0] if stacked and stacked[0][1].shape else length
     for ph, arr in stacked:
         if arr.shape != (length, *ph.shape):
             raise ValueError(f"scan: the stacked inputs have shapes {[a.shape for _, a in stacked]}: each must be "
