@@ -907,6 +907,24 @@ def _fit(f1: float, f2: float, f3: float, h1: float, h2: float, h3: float, t: fl
     return None
 
 
+def _observe(node: Any, value: Any, operands: list, terms: list, salt: int) -> Any:
+    """The interpreter's observer for the noise estimates: keeps the largest terms' magnitude in
+    ``terms[0]``, and moves library results by an ulp as another library would."""
+    if isinstance(value, np.ndarray | float) and np.isrealobj(value):
+        terms[0] = max(terms[0], _magnitude(node, value, operands))
+    return _another_library(node, value, operands, salt)
+
+
+def _capped(moved: float, ref: Any, terms: float) -> float:
+    """A noise floor: 8 times how far a result moved, at least the rounding of the largest terms
+    (``terms``: terms of 1e19 cancelling to 0 round to 1e3), at most 1e-6 of the result's largest
+    entry plus four times that rounding."""
+    top = float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0)), initial=0.0))
+    rounding = 16 * 2.0 ** -52 * terms
+    noise = min(max(8 * moved, rounding), 1e-6 * max(top, 1.0) + 4 * rounding)
+    return noise if np.isfinite(noise) else 0.0
+
+
 class _Checker:
     """Runs the probes of one program; ``only`` restricts them to one probe (for the minimiser)."""
 
@@ -958,8 +976,8 @@ class _Checker:
                 self.status, self.note = "fallback", self._why_not_rolled(f, inputs)
             self.reference = value, grads
             self.noise = self._noise(f, inputs, value, grads, expected)
-            if self.wanted("python"):
-                self.compare("python", "value", value, expected, VALUE_RTOL)
+            if self.wanted("python"):  # (NumPy adds terms of 1e62 in another order: their rounding)
+                self.compare("python", "value", value, expected, VALUE_RTOL, self.noise[0])
             if self.wanted("fd"):
                 self._finite_differences(f, inputs, grads)
             small = sum(map(np.size, inputs)) <= ELEMENT_MAX
@@ -994,16 +1012,11 @@ class _Checker:
         """
         moved_v, moved_g = abs(expected - value), [0.0] * len(grads)
         terms = [0.0]  # the largest sum of |entries| of any value the interpreter computes
-
-        def observe(node: Any, v: Any, operands: list, salt: int) -> Any:
-            if isinstance(v, np.ndarray | float) and np.isrealobj(v):
-                terms[0] = max(terms[0], _magnitude(node, v, operands))
-            return _another_library(node, v, operands, salt)
         rng = np.random.default_rng(self.program.seed + 2)
         for salt in range(2):
             scaled = [a * (1 + rng.choice([-2.0, 2.0], np.shape(a)) * 2.0 ** -52) if k in self.program.argnums
                       else a for k, a in enumerate(inputs)]
-            token = interp.OBSERVER.set(functools.partial(observe, salt=salt))
+            token = interp.OBSERVER.set(functools.partial(_observe, terms=terms, salt=salt))
             try:
                 v, gs, _, _ = self._value_and_grad("python", f, scaled)
             except Exception:
@@ -1012,13 +1025,7 @@ class _Checker:
                 interp.OBSERVER.reset(token)
             moved_v = max(moved_v, abs(v - value))
             moved_g = [max(m, float(np.max(np.abs(g - r), initial=0.0))) for m, g, r in zip(moved_g, gs, grads)]
-
-        def capped(moved: float, ref: Any) -> float:  # (terms of 1e19 cancelling to 0 round to 1e3)
-            top = float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0)), initial=0.0))
-            rounding = 16 * 2.0 ** -52 * terms[0]
-            noise = min(max(8 * moved, rounding), 1e-6 * max(top, 1.0) + 4 * rounding)
-            return noise if np.isfinite(noise) else 0.0
-        return capped(moved_v, value), [capped(m, g) for m, g in zip(moved_g, grads)]
+        return _capped(moved_v, value, terms[0]), [_capped(m, g, terms[0]) for m, g in zip(moved_g, grads)]
 
     def _why_not_rolled(self, f: Callable, inputs: list) -> str:
         F = sg.value_and_grad(f, argnums=self.program.argnums, backend="python")
@@ -1126,11 +1133,12 @@ class _Checker:
 
     def _own_noise(self, compute: Callable[[str], Any], ref: Any) -> list[float]:
         """How far each of the interpreter's results moves when its library results move by an ulp (see
-        ``_noise``), times 8, at most 1e-6 of its largest entry: a second derivative can be far more
-        sensitive to rounding than the value and gradient (cos of 1e12 in an hvp)."""
-        moved = [0.0] * len(ref)
+        ``_noise``), times 8, at most 1e-6 of its largest entry plus the rounding of the largest terms it
+        adds: a second derivative can be far more sensitive to rounding than the value and gradient (cos
+        of 1e12 in an hvp), and a jvp of terms near 1e12 that cancel to 10 is as exact as they are."""
+        moved, terms = [0.0] * len(ref), [0.0]
         for salt in range(2):
-            token = interp.OBSERVER.set(functools.partial(_another_library, salt=salt))
+            token = interp.OBSERVER.set(functools.partial(_observe, terms=terms, salt=salt))
             try:
                 again = compute("python")
             except Exception:
@@ -1139,8 +1147,7 @@ class _Checker:
                 interp.OBSERVER.reset(token)
             moved = [max(m, float(np.max(np.abs(np.asarray(a, dtype=float) - np.asarray(r, dtype=float)),
                                          initial=0.0))) for m, a, r in zip(moved, again, ref)]
-        tops = [float(np.max(np.abs(np.where(np.isfinite(r), r, 0.0)), initial=0.0)) for r in ref]
-        return [min(8 * m, 1e-6 * max(t, 1.0)) if np.isfinite(m) else 0.0 for m, t in zip(moved, tops)]
+        return [_capped(m, r, terms[0]) for m, r in zip(moved, ref)]
 
     def _tangents(self, inputs: list) -> list:
         rng = np.random.default_rng(self.program.seed + 2)

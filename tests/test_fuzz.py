@@ -336,6 +336,37 @@ def test_jvps_of_cancelling_terms_are_compared_at_their_own_noise(monkeypatch):
     assert ("jvp:python", "jvp", "wrong") in [d.key for d in found]
 
 
+def test_values_and_jvps_of_telescoping_sums_are_compared_at_their_terms_rounding(monkeypatch):
+    """Two soak programs whose sums telescope: exp of running sums reaching 3e62, differenced (NumPy's sum
+    gave 1.5e36, the interpreter's exact 0), and a jvp of exp(0.2 v) near 1e12 differenced (-10.52454 against
+    grad . tangent -10.52407). Both are within the rounding of the terms they add; the interpreter's value
+    and the extras' own noise floors now include it. An error above it is still found (1e-6 of a jvp)."""
+    telescoping = _program("def f(x):\n"
+                           "    def step1(carry, r):\n"
+                           "        h, s = carry\n"
+                           "        h = h + np.sin(0.5)\n"
+                           "        s = np.sum(h)\n"
+                           "        return ((h, s), (h, s))\n"
+                           "    (v2, v4), v3 = sg.scan(step1, (x, 0.1), length=5)\n"
+                           "    v8 = np.exp(np.pad(v3[1], (2, 3)))\n"
+                           "    v9 = np.stack([v8, v8], axis=1)\n"
+                           "    return np.sum(v9[1:] - v9[:-1])\n", seed=911041970)
+    differenced = _program("def f(x):\n"
+                           "    def step4(carry, r):\n"
+                           "        h = carry + r\n"
+                           "        return (h, np.sum(h * h))\n"
+                           "    v5, v6 = sg.scan(step4, np.zeros(8), x)\n"
+                           "    return np.sum(np.diff(np.exp(0.2 * np.append(v6, 0.5))))\n", seed=1242988667)
+    for p, extras in ((telescoping, ()), (differenced, ("jvp",))):
+        found, status = fuzz.check(p, backends=("python",), extras=extras)
+        assert status == "ok" and not found, _report(found)
+    jvp = sg.jvp  # (terms near 1e43 bound nothing there: a moderate program shows the floor is no blanket)
+    monkeypatch.setattr(sg, "jvp", lambda *a, **k: (lambda v, t: (v, t * (1 + 1e-6)))(*jvp(*a, **k)))
+    moderate = _program("def f(x):\n    return np.sum(np.diff(np.exp(0.2 * np.cumsum(x))))\n", seed=5)
+    found, _ = fuzz.check(moderate, backends=("python",), extras=("jvp",))
+    assert ("jvp:python", "jvp", "wrong") in [d.key for d in found]
+
+
 def test_hessian_vector_differences_that_have_not_converged_are_no_disagreement():
     """A soak's hvp against central differences of the gradient (sin of a squared running sum: curvature
     ~1e9): each step's own truncation error, estimated from the step before, is part of the tolerance."""
