@@ -713,9 +713,11 @@ def _prune(source: str) -> str:
 
 
 def _valid(program: Program) -> bool:
-    """Whether NumPy runs the program to a finite value of moderate size."""
+    """Whether NumPy runs the program to a finite value of moderate size, no intermediate overflowing
+    (through an inf, as 1 / exp(v * v) at v**2 > 709, a derivative is 0 * inf: nan in every AD tool,
+    JAX's too, though the function is smooth; the finite differences would call that wrong)."""
     try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
+        with np.errstate(all="ignore", over="raise"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             f, inputs = program.function(), program.inputs()
             value = f(*inputs)

@@ -367,6 +367,16 @@ def test_values_and_jvps_of_telescoping_sums_are_compared_at_their_terms_roundin
     assert ("jvp:python", "jvp", "wrong") in [d.key for d in found]
 
 
+def test_programs_whose_intermediates_overflow_are_not_generated():
+    """A soak's 1 / exp(v * v) with v**2 past 709: the value is 0 (fine), the gradient -e**-2 * e * 2v is
+    0 * inf = nan on every backend, as in JAX, while finite differences see a smooth function. Such
+    programs are invalid (IEEE overflow, not a derivative rule); the same function below overflow is kept."""
+    src = "def f(x):\n    v5 = np.sum(x ** 2) * x\n    return np.sum(1.0 / np.exp(v5 * v5))\n"
+    assert not fuzz._valid(_program(src, seed=1805834246))
+    small = _program(src.replace("np.sum(x ** 2) * x", "0.1 * x"), seed=1805834246)
+    assert fuzz._valid(small) and fuzz.check(small, backends=("python", "vm")) == ([], "ok")
+
+
 def test_hessian_vector_differences_that_have_not_converged_are_no_disagreement():
     """A soak's hvp against central differences of the gradient (sin of a squared running sum: curvature
     ~1e9): each step's own truncation error, estimated from the step before, is part of the tolerance."""
