@@ -820,7 +820,7 @@ def _vg(program: Program, f: Callable, inputs: list, backend: str,
 # or two of NumPy's, another implementation (symgrad.compile.fastmath) or another order of additions.
 _ROUNDED = frozenset({"pow", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "asin", "acos", "atan", "atan2",
                       "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logaddexp", "erf", "sigmoid", "softplus",
-                      "hypot", "sum"})
+                      "hypot", "sum", "cumsum"})  # (running sums: gradients reverse them, in another order)
 
 
 def _nudged(value: Any, operands: list, salt: int) -> Any:
