@@ -189,3 +189,24 @@ def test_gammaln_of_a_traced_value_is_an_op_whose_derivative_is_digamma():
 
     assert gammaln(5.0) == pytest.approx(np.log(24.0), rel=1e-14)
     assert sg.grad(lambda x: gammaln(x))(3.0) == pytest.approx(ss.psi(3.0), rel=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["set", "add", "multiply", "min", "max"])
+def test_updates_of_non_contiguous_numpy_arrays_are_not_lost(kind):
+    """The final soak: x.at[i].add(x[i]) on symgrad.numpy.asarray(x.T) (NumPy values, a Fortran-ordered copy)
+    updated a temporary made by reshape(-1) and returned x unchanged: a silently wrong value (the traced
+    function was right). Updates copy in C order."""
+    import symgrad.numpy as jnp
+
+    x = np.random.default_rng(8).normal(size=(4, 6))
+    for base in (x.T, x[:, ::2], x.T[::-1]):
+        a = jnp.asarray(base)
+        got = getattr(a.at[np.array([0, 2, 0])], kind)(2.5)
+        want, rows = np.array(base), np.array([0, 2, 0])
+        if kind == "set":
+            want[rows] = 2.5
+        else:
+            ufunc = {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[kind]
+            ufunc.at(want, rows, 2.5)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(a, base)  # (functional: the input is unchanged)

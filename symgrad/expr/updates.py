@@ -86,8 +86,8 @@ def update(x: Any, idx: Any, v: Any, kind: str) -> Any:
         return _at_traced(x, key, v, kind)
     shape = tuple(x.shape)
     positions = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[idx]
-    if not _symbolic(x) and not _symbolic(v):  # numbers: NumPy's own
-        out = np.array(x)
+    if not _symbolic(x) and not _symbolic(v):  # numbers: NumPy's own (C order: reshape(-1) is a view of it,
+        out = np.array(x, order="C")  # not of a copy the update would be lost in, as for x.T)
         values = np.broadcast_to(v, positions.shape).ravel()
         if kind == "set":
             out.reshape(-1)[positions.ravel()] = values
