@@ -12,6 +12,7 @@ from rolled_graphs import elements, nested_sums, rolled_sums, spread, tied, unro
 from sympy_ref import close
 
 import symgrad as sg
+from symgrad.expr import rolled
 from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor, unroll, value_range
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -68,6 +69,23 @@ def test_gathers_through_tables_and_periodic_indices():
     want = np.sum(x0[[4, 0, 2, 1]] * np.arange(4)) + np.sum(x0[(np.arange(4) + 3) % 5])
     assert math.isclose(sg.evaluate(f, {x: x0}), want, rel_tol=1e-14)
     assert str(unroll(reduce("sum", subscript(x, (i + 3) % 5), i))) == "x[3] + x[4] + x[0] + x[1]"
+
+
+def test_gathers_rename_site_indices_that_the_targets_name():
+    """A site over indices named as the adjoint's targets (a Hessian differentiates a first adjoint, a
+    tensor over l, into the adjoint at l again): x[m, l] read at (l, m) is the transpose, and the
+    masked sum over a tested address's own l does not capture the target l."""
+    x, y, z = array("x", (3, 3)), array("y", (3, 3)), array("z", (2, 3))
+    r, m, o = index("l", 3), index("m", 3), index("o", 2)
+    Y, Z = np.arange(9.0).reshape(3, 3), np.arange(6.0).reshape(2, 3) + 1
+    g = rolled.gather(x, [(subscript(x, (m, r)), subscript(y, (r, m)) * 10.0)], (r, m))
+    np.testing.assert_array_equal(sg.evaluate(tensor(g, r, m), {y: Y}), 10 * Y.T)
+    p = [0, 2, 0]
+    g = rolled.gather(y, [(subscript(y, (subscript(table(p), r), 0)), subscript(z, (o, r)))], (r, m), outer=(o,))
+    want = np.zeros((2, 3, 3))
+    for k, row in enumerate(p):
+        want[:, row, 0] += Z[:, k]
+    np.testing.assert_array_equal(sg.evaluate(tensor(g, o, r, m), {z: Z}), want)
 
 
 def test_index_ranges():

@@ -386,12 +386,25 @@ def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict
     ``memo``: as for ``tidy``, shared by the gathers of one reverse sweep."""
     memo = {} if memo is None else memo
     total = None
+    named = frozenset().union(*(t.free for t in targets)).difference(outer)
     for load, w in sites:
+        load, w = _apart(load, w, named)
         term = _inverted(load, w, targets, outer, memo)
         if term is None:
             term = _scattered(arr, load, w, targets)
         total = term if total is None else total + term
     return total
+
+
+def _apart(load: Expr, w: Expr, named: frozenset) -> tuple[Expr, Expr]:
+    """The site with its indices that the targets also name renamed: they are different indices.
+    (A Hessian differentiates a first adjoint, a tensor over l reading x[p[l]], into x's adjoint at
+    l again: solving or summing the site's l would capture the target's.)"""
+    clash = load.free.intersection(named)
+    if not clash:
+        return load, w
+    fresh = {i: fresh_index(i) for i in by_name(clash)}
+    return substitute_indices(load, fresh), substitute_indices(w, fresh)
 
 
 def _scattered(arr: Expr, load: Expr, w: Expr, targets: tuple) -> Expr:
