@@ -308,7 +308,8 @@ class custom_vjp(_Custom):  # noqa: N801 (JAX's name)
     ``f.defvjp(fwd, bwd)``: ``fwd(*args) -> (out, residuals)`` and ``bwd(*nondiff_args, residuals,
     cotangent) -> a tuple with one cotangent per (differentiated) argument`` (None: zero). Forward
     mode, Hessians and vmap use the rule too (JAX refuses forward mode on these); derivatives of
-    higher order differentiate ``bwd``.
+    higher order differentiate ``bwd``. A ``bwd`` whose Python control flow reads the cotangent (a
+    loop until it converges) is decided at cotangents of 1 and -1, which must agree (TypeError if not).
 
     >>> import numpy as np, symgrad as sg
     >>> @sg.custom_vjp
@@ -347,7 +348,27 @@ class custom_vjp(_Custom):  # noqa: N801 (JAX's name)
         if not (isinstance(result, tuple | list) and len(result) == 2):
             raise TypeError(f"{self.name}'s fwd must return a pair (out, residuals), got {type(result).__name__}")
         g = [custom.placeholder() for _ in outs.units]
-        cts = self.bwd(*self._nondiff(primals), result[1], pytree.unflatten(out_tree, outs.rebuild(g, zeros=True)))
+        pull = functools.partial(self._pulled, primals, diff, tree, ins, result[1], pytree.unflatten(
+            out_tree, outs.rebuild(g, zeros=True)), g)
+        try:
+            outs_ct, columns = pull(None)
+        except TracingError:  # Python control flow on the cotangent (a loop until it converges)
+            return self._decided(pull, g)
+        if not _reads([p for column in columns for p in column if p is not None], g):
+            return [[column[k] for column in columns] for k in range(len(g))]
+        if len(g) != 1:
+            raise TypeError(f"{self.name}'s bwd is not linear in the cotangent (it clips it ...): only a "
+                            f"function of one scalar result may have such a rule, and {self.name} returned "
+                            f"{len(g)} here (an elementwise one applies per element on rolled arrays, of "
+                            "64 elements or more, or under sg.vmap)")
+        return (g[0], tuple(outs_ct))
+
+    def _pulled(self, primals: list, diff: list, tree: Any, ins: _Units, residuals: Any, cotangent: Any,
+                g: list, at: float | None) -> tuple[list, list]:
+        """bwd's cotangents of the traced inputs, and their coefficients of ``g`` (the cotangent's
+        placeholders); Python control flow on g decided as if each were ``at`` (None: undecidable)."""
+        with guards.deciding(None, None if at is None else dict.fromkeys(g, const(at))):
+            cts = self.bwd(*self._nondiff(primals), residuals, cotangent)
         if not isinstance(cts, tuple | list) or len(cts) != len(diff):
             raise TypeError(f"{self.name}'s bwd must return a tuple of {len(diff)} cotangent(s), one per "
                             f"differentiated argument, got {type(cts).__name__}"
@@ -357,12 +378,16 @@ class custom_vjp(_Custom):  # noqa: N801 (JAX's name)
         if ct_tree != tree:
             raise TypeError(f"{self.name}'s bwd: the cotangents have structure {ct_tree}, the arguments {tree}")
         outs_ct = ins.pick(leaves, f"{self.name}'s cotangent")
-        columns = [_coefficients(c, g) for c in outs_ct]
-        if not _reads([p for column in columns for p in column if p is not None], g):
-            return [[column[k] for column in columns] for k in range(len(g))]
-        if len(g) != 1:
-            raise TypeError(f"{self.name}'s bwd is not linear in the cotangent (it clips it ...): only a "
-                            f"function of one scalar result may have such a rule, and {self.name} returned "
-                            f"{len(g)} here (an elementwise one applies per element on rolled arrays, of "
-                            "64 elements or more, or under sg.vmap)")
-        return (g[0], tuple(outs_ct))
+        return outs_ct, [_coefficients(c, g) for c in outs_ct]
+
+    def _decided(self, pull: Callable, g: list) -> list:
+        """The partials of a bwd whose control flow reads the cotangent (JAX's fixed point iterates on
+        it until it converges): decided at cotangents of 1 and of -1 (a loop on |change| takes as many
+        steps at both), which must give one rule, linear in the cotangent; otherwise TypeError."""
+        (_, up), (_, down) = pull(1.0), pull(-1.0)
+        linear = not _reads([p for column in up for p in column if p is not None], g)
+        if not linear or any(a is not b for u, d in zip(up, down) for a, b in zip(u, d)):
+            raise TypeError(f"{self.name}'s bwd decides Python control flow on the cotangent's value and is not "
+                            "linear in it (it takes other branches at cotangents 1 and -1, or clips them): use "
+                            "np.where on the cotangent, not Python's if")
+        return [[column[k] for column in up] for k in range(len(g))]

@@ -327,3 +327,64 @@ def test_python_control_flow_in_the_function_and_its_rule():
     assert (g(1.0), g(-1.0), g(2.0)) == (2.0, 3.0, 2.0)
     assert sg.jit(f)(-1.0) == np.cos(-1.0)
     np.testing.assert_array_equal(sg.vmap(g)(np.array([1.0, -1.0, 2.0])), [2.0, 3.0, 2.0])
+
+
+@partial(sg.custom_vjp, nondiff_argnums=(0,))
+def fixed_point(f, a, x_guess):
+    """JAX's "Custom derivative rules" fixed point, as written there (jnp -> np, lax / jax -> sg)."""
+    def cond_fun(carry):
+        x_prev, x = carry
+        return np.abs(x_prev - x) > 1e-6
+
+    def body_fun(carry):
+        _, x = carry
+        return x, f(a, x)
+
+    _, x_star = sg.while_loop(cond_fun, body_fun, (x_guess, f(a, x_guess)))
+    return x_star
+
+
+def _fixed_point_fwd(f, a, x_init):
+    x_star = fixed_point(f, a, x_init)
+    return x_star, (a, x_star)
+
+
+def _fixed_point_rev(f, res, x_star_bar):
+    a, x_star = res
+    _, vjp_a = sg.vjp(lambda a: f(a, x_star), a)
+    a_bar, = vjp_a(fixed_point(partial(_rev_iter, f), (a, x_star, x_star_bar), x_star_bar))
+    return a_bar, np.zeros_like(x_star)
+
+
+def _rev_iter(f, packed, u):
+    a, x_star, x_star_bar = packed
+    _, vjp_x = sg.vjp(partial(f, a), x_star)
+    return x_star_bar + vjp_x(u)[0]
+
+
+fixed_point.defvjp(_fixed_point_fwd, _fixed_point_rev)
+
+
+def test_a_bwd_that_loops_on_the_cotangent_until_it_converges():
+    """JAX's fixed-point example: bwd iterates on the cotangent with an unbounded while_loop, whose
+    condition reads the cotangent (a placeholder when the rule is traced). Such control flow is
+    decided at a cotangent of 1, the rule being linear in it; guards retrace at other arguments."""
+    def newton_sqrt(a):
+        return fixed_point(lambda a, x: 0.5 * (x + a / x), a, a)
+
+    assert newton_sqrt(2.0) == pytest.approx(np.sqrt(2.0), rel=1e-12)
+    first, second = sg.grad(newton_sqrt), sg.grad(sg.grad(newton_sqrt))
+    for a in (2.0, 9.0, 100.0, 0.01, 2.0):  # (different numbers of steps: retraced each time)
+        assert first(a) == pytest.approx(0.5 / np.sqrt(a), rel=1e-9)
+        assert second(a) == pytest.approx(-0.25 * a ** -1.5, rel=1e-9)
+    a = np.array([2.0, 9.0, 100.0])
+    np.testing.assert_allclose(sg.vmap(sg.grad(newton_sqrt, backend="vm"))(a), 0.5 / np.sqrt(a), rtol=1e-9)
+
+
+@pytest.mark.parametrize("bwd", [lambda x, g: (2.0 * x * g if g > 0 else 0.0 * g,),  # (JAX: 0 at g < 0)
+                                 lambda x, g: (2.0 * x * g ** 3 if abs(g) > 0.5 else g,)])
+def test_a_bwd_branching_on_the_cotangent_must_be_linear_in_it(bwd):
+    f = sg.custom_vjp(lambda x: x ** 2)
+    f.defvjp(lambda x: (x ** 2, x), bwd)
+    with pytest.raises(TypeError, match="decides Python control flow on the cotangent's value and is not linear"):
+        sg.grad(lambda x: -3.0 * f(x))(2.0)
