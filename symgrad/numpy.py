@@ -3,7 +3,8 @@
 Every NumPy name is here (``jnp.sin``, ``jnp.sum``, ``jnp.linalg`` ...: NumPy's own, which symgrad
 traces); the arrays made here (``jnp.zeros``, ``jnp.array``, ``jnp.arange`` ...) are NumPy arrays
 with JAX's functional updates, ``x.at[i].set(v)`` (as traced arrays have); and ``jnp.ndarray`` is
-NumPy's. Values are float64 (JAX's default is float32).
+NumPy's. ``jnp.array([a, b])`` of traced arrays stacks them whole (NumPy's ``np.array`` reads them
+element by element). Values are float64 (JAX's default is float32).
 
 >>> import symgrad as sg
 >>> import symgrad.numpy as jnp
@@ -35,12 +36,27 @@ class Array(_np.ndarray):
         return At(self)
 
 
+def _rolled_inside(values: Any) -> bool:
+    """Whether nested lists / tuples hold a rolled (traced) array."""
+    if isinstance(values, list | tuple):
+        return any(_rolled_inside(v) for v in values)
+    return isinstance(values, Expr) and values.op.array_valued
+
+
+def _stacked(values: Any) -> Any:
+    """Nested lists of rolled arrays stacked (``jnp.array([a, b])``), rolled: NumPy's own conversion
+    would read every element of them one by one."""
+    return _np.stack([_stacked(v) for v in values]) if isinstance(values, list | tuple) else values
+
+
 def _making(make: Callable) -> Callable:
     @functools.wraps(make)
     def made(*args: Any, **kwargs: Any) -> Any:
         if make in (_np.asarray, _np.array) and args and (isinstance(args[0], Expr) or isinstance(
                 args[0], _np.ndarray) and args[0].dtype == object):
             return args[0]  # a traced array already has .at (NumPy's conversion would take it apart)
+        if make in (_np.asarray, _np.array) and args and _rolled_inside(args[0]):
+            return _stacked(args[0])
         out = make(*args, **kwargs)
         if type(out) is _np.ndarray and out.dtype == object:  # traced scalars among numbers: NumPy's
             return wrap(out)  # ufuncs would call .exp() on the numbers; a SymArray applies symgrad's

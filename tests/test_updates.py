@@ -2,6 +2,8 @@
 and element by element, and on symgrad.numpy's arrays: NumPy's in-place semantics on a copy (np.add.at
 for repeated positions), derivatives against finite differences."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -102,6 +104,25 @@ def test_jnp_array_of_traced_scalars_and_numbers_takes_ufuncs():
     f = lambda x: jnp.sum(jnp.exp(jnp.array([x, 1.0])) * jnp.array([2.0, 3.0]))  # noqa: E731
     assert sg.grad(f)(0.5) == pytest.approx(2.0 * np.exp(0.5), rel=1e-15)
     assert sg.jit(f)(0.5) == pytest.approx(2.0 * np.exp(0.5) + 3.0 * np.e, rel=1e-15)
+
+
+def test_jnp_array_of_traced_arrays_stacks_them_rolled():
+    """jnp.array([a, b]) of rolled arrays: NumPy's conversion reads every element (an element trace,
+    4096 elements at most beside it); stacked instead, nested lists too, with numbers' arrays."""
+    x = np.random.default_rng(3).normal(size=100)
+    fs = [lambda x: jnp.sum(jnp.array([jnp.sin(x), x]) ** 2 * jnp.arange(200.0).reshape(2, 100)),
+          lambda x: jnp.sum(jnp.asarray([[x, 2 * x], (np.ones(100), x ** 3)]).transpose(2, 0, 1)[3] ** 2)]
+    plain = [lambda x: np.sum(np.stack([np.sin(x), x]) ** 2 * np.arange(200.0).reshape(2, 100)),
+             lambda x: np.sum(np.stack([np.stack([x, 2 * x]), np.stack([np.ones(100), x ** 3])])[:, :, 3] ** 2)]
+    for f, ref in zip(fs, plain):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            g = sg.value_and_grad(f, backend="vm")
+            value, grad = g(x)
+        assert g._last.indexed
+        assert value == pytest.approx(ref(x), rel=1e-13)
+        fd = [(ref(x + 1e-6 * e) - ref(x - 1e-6 * e)) / 2e-6 for e in np.eye(100)[:6]]
+        np.testing.assert_allclose(grad[:6], fd, rtol=1e-6, atol=1e-6)
 
 
 def test_updates_chain_through_symgrad_numpy_values():
