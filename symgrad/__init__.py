@@ -62,6 +62,7 @@ from symgrad.trace import (
     jit,
     jvp,
     linearize,
+    make_jaxpr,
     value_and_grad,
     vjp,
 )

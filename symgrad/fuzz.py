@@ -920,10 +920,11 @@ def _observe(node: Any, value: Any, operands: list, terms: list, salt: int) -> A
 def _capped(moved: float, ref: Any, terms: float) -> float:
     """A noise floor: 8 times how far a result moved, at least the rounding of the largest terms
     (``terms``: terms of 1e19 cancelling to 0 round to 1e3), at most 1e-6 of the result's largest
-    entry plus four times that rounding."""
+    entry (or twice the move itself, seen: sin of a chain of squares reaching 2e6 moves its
+    gradient by 1.35e-6 of it, float64's own error there) plus four times that rounding."""
     top = float(np.max(np.abs(np.where(np.isfinite(ref), ref, 0.0)), initial=0.0))
     rounding = 16 * 2.0 ** -52 * terms
-    noise = min(max(8 * moved, rounding), 1e-6 * max(top, 1.0) + 4 * rounding)
+    noise = min(max(8 * moved, rounding), max(1e-6 * max(top, 1.0), 2 * moved) + 4 * rounding)
     return noise if np.isfinite(noise) else 0.0
 
 

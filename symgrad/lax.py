@@ -14,13 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from symgrad import pytree
 from symgrad.control import cond, fori_loop, switch, while_loop
 from symgrad.expr.functions import FUNCS
 from symgrad.expr.scans import scan
 
 stop_gradient = FUNCS["stop_gradient"]
 
-__all__ = ["cond", "fori_loop", "map", "scan", "select", "stop_gradient", "switch", "while_loop"]
+__all__ = ["associative_scan", "cond", "fori_loop", "map", "scan", "select", "stop_gradient", "switch",
+           "while_loop"]
 
 
 def select(pred: Any, on_true: Any, on_false: Any) -> Any:
@@ -32,10 +34,43 @@ def select(pred: Any, on_true: Any, on_false: Any) -> Any:
     return np.where(pred, on_true, on_false)
 
 
-def map(f: Callable, xs: Any) -> Any:  # noqa: A001 (JAX's name)
+def map(f: Callable, xs: Any, *, batch_size: int | None = None) -> Any:  # noqa: A001 (JAX's name)
     """``jax.lax.map``: ``f`` applied to each row of ``xs`` (a pytree), results stacked: one scan.
+    ``batch_size`` (JAX: rows vmapped together) gives the same results: accepted, checked.
 
-    >>> map(lambda row: row * 2.0, np.array([1.0, 2.0]))
+    >>> map(lambda row: row * 2.0, np.array([1.0, 2.0]), batch_size=2)
     array([2., 4.])
     """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer)
+                                   or batch_size < 1):
+        raise ValueError(f"lax.map: batch_size must be a positive integer, got {batch_size!r}")
     return scan(lambda carry, x: (carry, f(x)), 0.0, xs)[1]
+
+
+def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int = 0) -> Any:
+    """``jax.lax.associative_scan``: the running ``fn``-reduction of ``elems`` (a pytree of arrays)
+    along ``axis``, ``out[i] = fn(out[i-1], elems[i])``; ``reverse``: from the end. One scan (in
+    order: JAX combines as a tree, so sums round differently), differentiable in every mode.
+
+    >>> associative_scan(np.add, np.arange(1.0, 5.0))
+    array([ 1.,  3.,  6., 10.])
+    >>> associative_scan(np.multiply, np.arange(1.0, 5.0), reverse=True)
+    array([24., 24., 12.,  4.])
+    """
+    leaves, tree = pytree.flatten(elems)
+    lengths = {np.shape(leaf)[axis] if np.ndim(leaf) else None for leaf in leaves}
+    if len(lengths) != 1 or None in lengths or 0 in lengths:
+        raise ValueError(f"associative_scan: the elements need one non-empty length along axis {axis}, got "
+                         f"shapes {[np.shape(leaf) for leaf in leaves]}")
+    rows = [np.moveaxis(leaf, axis, 0) for leaf in leaves]
+    rows = [row[::-1] for row in rows] if reverse else rows
+    first = pytree.unflatten(tree, [row[0] for row in rows])
+
+    def step(carry: Any, x: Any) -> tuple:
+        out = fn(carry, x)
+        return out, out
+
+    _, ys = scan(step, first, pytree.unflatten(tree, [row[1:] for row in rows]))
+    out = [np.concatenate([row[:1], y]) for row, y in zip(rows, pytree.flatten(ys)[0])]
+    out = [row[::-1] for row in out] if reverse else out
+    return pytree.unflatten(tree, [np.moveaxis(row, 0, axis) for row in out])

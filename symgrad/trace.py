@@ -1274,7 +1274,7 @@ class Function:
             except (TracingError, NotImplementedError, TypeError) as e:
                 if not self._fallback or _int_use(e) and not self._ints_static and _holds_int((args, kwargs)):
                     raise
-                why = f"{str(e).splitlines()[0]} ({_where(e)})"
+                why = f"{str(e).splitlines()[0].removeprefix(f'{self._who}: ')} ({_where(e)})"  # (named once)
                 t = _traced(lambda: Trace(self, args, kwargs))
                 t.fallback = why
                 self._note(why, args, kwargs)
@@ -1553,6 +1553,26 @@ def jit(fn: Any = None, *, static_argnums: Any = (), static_argnames: Any = (), 
     """
     make = lambda f: Function(f, "jit", (), static_argnums, static_argnames, False, backend)
     return make if fn is None else make(fn)
+
+
+class Printed(str):
+    """Text that shows as itself at the prompt (make_jaxpr's formulas)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def make_jaxpr(fn: Callable, static_argnums: Any = ()) -> Callable[..., Printed]:
+    """``jax.make_jaxpr``: a function of example arguments giving what ``fn`` traces to on them:
+    symgrad's formulas (a flat let-form, every shared subexpression named once), not compiled.
+
+    >>> import numpy as np, symgrad as sg
+    >>> sg.make_jaxpr(lambda x, y: np.sin(x) * y + np.sin(x))(1.0, 2.0)
+    t1 = sin(x)
+    f = y*t1 + t1
+    """
+    f = Function(fn, "jit", (), static_argnums)
+    return lambda *args, **kwargs: Printed(f.trace(*args, **kwargs).formulas())
 
 
 def grad(f: Any, wrt: Any = None, *, argnums: Any = None, **options: Any) -> Any:

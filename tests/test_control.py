@@ -151,3 +151,61 @@ def test_a_bounded_loop_reading_another_loops_result_differentiates_in_linear_si
         assert g(2.0, n) == pytest.approx(fd, rel=1e-7)
         sizes.append(sg.count_nodes(g.derivatives))
     assert sizes[1] < 2.5 * sizes[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 7), st.integers(0, 2), st.booleans(), st.sampled_from(["add", "max", "mul", "pair"]),
+       st.integers(0, 2**31 - 1))
+def test_associative_scan_is_the_running_reduction(n, axis, reverse, how, seed):
+    """lax.associative_scan against a Python loop of fn along the axis (from the end with reverse, as
+    JAX's: the scan of the flipped elements, flipped), on pytrees; its gradient against differences."""
+    rng = np.random.default_rng(seed)
+    shape = [2, 3, 2]
+    shape[axis] = n
+    a, b = rng.normal(size=shape), rng.uniform(0.5, 1.5, size=shape)
+    fn = {"add": np.add, "max": np.maximum, "mul": np.multiply,
+          "pair": lambda p, q: (p[0] * q[1] + q[0], p[1] * q[1])}[how]
+    elems = (a, b) if how == "pair" else a
+
+    def loop(elems):
+        leaves = [np.moveaxis(e, axis, 0) for e in (elems if how == "pair" else (elems,))]
+        leaves = [e[::-1] for e in leaves] if reverse else leaves
+        rows, out = [tuple(e[k] for e in leaves) for k in range(n)], []
+        for row in rows:
+            row = row if how == "pair" else row[0]
+            out.append(row if not out else fn(out[-1], row))
+        cols = [np.stack([o if how != "pair" else o[k] for o in out]) for k in range(2 if how == "pair" else 1)]
+        cols = [c[::-1] for c in cols] if reverse else cols
+        cols = [np.moveaxis(c, 0, axis) for c in cols]
+        return tuple(cols) if how == "pair" else cols[0]
+
+    got = lax.associative_scan(fn, elems, reverse=reverse, axis=axis)
+    for g, w in zip(*(v if how == "pair" else (v,) for v in (got, loop(elems)))):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+    total = lambda x: np.sum(np.sin(np.asarray(lax.associative_scan(  # noqa: E731
+        fn, (x, b) if how == "pair" else x, reverse=reverse, axis=axis)[0 if how == "pair" else ...])))
+    grad = sg.grad(total)(a)
+    d = rng.normal(size=shape)
+    fd = (total(a + 1e-6 * d) - total(a - 1e-6 * d)) / 2e-6
+    assert np.sum(grad * d) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+def test_lax_map_takes_batch_size_and_test_util_has_check_grads():
+    xs = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(lax.map(lambda x: x + 1, xs, batch_size=3), xs + 1)
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        lax.map(lambda x: x, xs, batch_size=0)
+    from symgrad.test_util import check_grads
+    check_grads(lambda x: np.sum(np.tanh(x) ** 3), (np.array([0.3, -0.7]),), order=2)
+    with pytest.raises(AssertionError):
+        check_grads(_wrong_sin, (0.5,), order=1)  # (a rule 10% off)
+
+
+@sg.custom_jvp
+def _wrong_sin(x):
+    return np.sin(x)
+
+
+@_wrong_sin.defjvp
+def _wrong_sin_jvp(primals, tangents):
+    return np.sin(primals[0]), 1.1 * np.cos(primals[0]) * tangents[0]

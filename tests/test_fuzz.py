@@ -465,3 +465,22 @@ def test_a_jacobians_row_sum_is_compared_at_the_gradients_noise():
                  "    return np.sum(v4.T - v4.T[:1])\n", shapes=((64,),), seed=719825796)
     found, status = fuzz.check(p, backends=("python", "vm"), extras=("jacobian",))
     assert status == "ok" and not found, _report(found)
+
+
+def test_gradients_that_move_past_the_cap_under_ulps_are_compared_at_that_move():
+    """The soak on 247e896: sin of a chain of squares (reaching 2.4e6) of a scan's running sums. Its
+    gradient moves by 1.35e-6 of its largest entry when the inputs move by two ulps; the interpreter
+    rolled (-24369.649, as float64 evaluated by hand) and the element trace and VM (-24369.682) lie on
+    either side of the exact -24369.665 (long double). The floor, capped at 1e-6 of the largest entry,
+    is at least twice the move seen."""
+    p = _program("def f(x, w):\n"
+                 "    def step1(carry, r):\n"
+                 "        h, s = carry\n"
+                 "        h = h * np.cos(r) + 0.1\n"
+                 "        s = 0.5 * s + np.sum(h * h)\n"
+                 "        return ((h, s), s)\n"
+                 "    (v2, v4), v3 = sg.scan(step1, (x[:8], 0.1), w)\n"
+                 "    return np.sum(np.sin(sg.fori_loop(0, 3, lambda i, y: y.at[i + 1].add(y[i] ** 2), "
+                 "sg.numpy.asarray(v3))))\n", shapes=((128,), (64,)), seed=1719433448)
+    found, status = fuzz.check(p, backends=("python", "vm"))
+    assert status == "ok" and not found, _report(found)

@@ -47,6 +47,7 @@ UNARY = {  # ufunc -> a point where it is smooth (kinks and steps: away from the
     np.arctanh: U - 0.5, np.sign: N, np.floor: N * 3, np.ceil: N * 3, np.trunc: N * 3, np.rint: N * 3,
     np.isnan: N, np.isinf: N, np.isfinite: N,
 }
+ON_CONDITIONS = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
 BINARY = {  # ufunc -> (a, b)
     np.power: (V, N), np.float_power: (V, N), np.divide: (N, V), np.true_divide: (N, V), np.arctan2: (N, V),
     np.remainder: (N * 3, V), np.floor_divide: (N * 3, V), np.heaviside: (N, V),
@@ -55,7 +56,9 @@ BINARY = {  # ufunc -> (a, b)
 
 @pytest.mark.parametrize("ufunc", sorted(ELEMENTWISE, key=lambda u: u.__name__), ids=lambda u: u.__name__)
 def test_every_supported_ufunc_at_first_and_second_order(ufunc):
-    if ufunc.nin == 1:
+    if ufunc in ON_CONDITIONS:  # (&, |, ^, ~: of conditions, as NumPy's refuse floats)
+        check(lambda ab: 1.0 * ufunc(*(ab[:ufunc.nin] > 0.0)), np.stack([N, N[::-1]]))
+    elif ufunc.nin == 1:
         check(ufunc, UNARY.get(ufunc, U))
     else:
         a, b = BINARY.get(ufunc, (U + 0.1 * N, V))
@@ -157,3 +160,24 @@ def test_every_elementwise_function_is_in_the_tables():
     """A ufunc added to the supported set without a point in its domain fails here first."""
     assert len(ELEMENTWISE) >= 60
     assert {np.mod, np.fmax, np.fmin, np.logaddexp2, np.degrees, np.radians, np.conjugate} <= set(ELEMENTWISE)
+
+
+@pytest.mark.parametrize("n", [5, 100])  # element by element, rolled
+def test_logical_ufuncs_and_operators_on_conditions(n):
+    """np.logical_and / or / xor / not and &, |, ^, ~ of traced conditions, as NumPy's (nan is true),
+    under grad (masks in np.where) and jit (bool results); & of other traced values: TypeError."""
+    x = np.linspace(-2.0, 4.0, n)
+    x[1] = np.nan
+    cases = [lambda x: np.logical_and(x > 0, x < 3), lambda x: np.logical_or(x < -1, x > 3.5),
+             lambda x: np.logical_xor(x > 0, x > 2), lambda x: np.logical_not(x > 1),
+             lambda x: (x > 0) & ~(x > 3) | (x < -1.5), lambda x: (x > 1) ^ (x < 3),
+             lambda x: np.logical_and(x, x - 1.0), lambda x: np.logical_not(x - 1.0)]
+    for case in cases:
+        got = sg.jit(case, backend="vm")(x)
+        assert got.dtype == bool
+        np.testing.assert_array_equal(got, case(x))
+        f = lambda x, case=case: np.sum(np.where(case(x), np.nan_to_num(x) ** 2, 1.0))  # noqa: E731
+        np.testing.assert_array_equal(sg.grad(f)(x), np.where(case(x), 2 * np.nan_to_num(x), 0.0))
+    assert sg.grad(lambda a: np.where(np.logical_or(a > 1, a < -1), a ** 3, a))(2.0) == 12.0
+    with pytest.raises(TypeError, match=r"combines conditions only \(comparisons, bools\)"):
+        sg.jit(lambda x: x & 3)(x)

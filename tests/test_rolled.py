@@ -88,6 +88,33 @@ def test_gathers_rename_site_indices_that_the_targets_name():
     np.testing.assert_array_equal(sg.evaluate(tensor(g, o, r, m), {z: Z}), want)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 4), min_size=2, max_size=3), st.lists(st.integers(0, 3), min_size=3, max_size=3),
+       st.integers(0, 3), st.booleans())
+def test_gathers_solve_mixed_radix_addresses_as_quotient_and_remainder(sizes, slack, offset, jacobian):
+    """x[c + 12*k + 4*j + l] (a reshaped slice of a flat vector): each target is one (k, j, l), found
+    by // and % from the largest coefficient down, where solving l alone summed over j and k (a
+    flat-vector MLP's gradient: a loop over every row at each of its entries). Against np.add.at."""
+    coefficients, span = [], 0
+    for n, extra in zip(sizes, slack):  # each coefficient past what the digits below it reach
+        coefficients.append(span + 1 + extra if coefficients else 1 + extra % 3)  # (5*j + 20*k: a swapaxes)
+        span += coefficients[-1] * (n - 1)
+    indices = [index(f"i{k}", n) for k, n in enumerate(sizes)]
+    address = offset + sum(c * i for c, i in zip(coefficients, indices))
+    x, y, o = array("x", offset + span + 3), array("y", tuple(sizes)), index("o", 2)
+    w = subscript(y, tuple(indices)) * (o + 1.0 if jacobian else 1.0)
+    t = index("t", x.shape[0])
+    g = rolled.gather(x, [(subscript(x, address), w)], (t,), outer=(o,) if jacobian else ())
+    assert "sum" not in str(g) or coefficients[0] != 1 and not jacobian  # (a gradient scatters 5*j + 20*k)
+    Y = np.arange(1.0, 1.0 + np.prod(sizes)).reshape(sizes)
+    want = np.zeros(x.shape[0])
+    at = offset + sum(c * np.arange(n).reshape([-1 if k == m else 1 for m in range(len(sizes))])
+                      for k, (c, n) in enumerate(zip(coefficients, sizes)))
+    np.add.at(want, np.broadcast_to(at, Y.shape).ravel(), Y.ravel())
+    got = sg.evaluate(tensor(g, *((o,) if jacobian else ()), t), {y: Y})
+    np.testing.assert_array_equal(got, np.stack([want, 2 * want]) if jacobian else want)
+
+
 def test_index_ranges():
     i, j = index("i", 4), index("j", 3)
     assert value_range(2 * i - j + 1) == (-1, 7)

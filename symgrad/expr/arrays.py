@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import linalg, ndarrays
+from symgrad.expr import linalg, ndarrays, ops
 from symgrad.expr.functions import FUNCS, UFUNCS, SymArray, rint, wrap
 from symgrad.expr.node import Expr, TracingError
 
@@ -62,6 +62,38 @@ _DERIVED: dict[Any, Callable] = {
     np.isfinite: lambda a: _F["abs"](a) < _INF,
 }
 _DERIVED[np.degrees], _DERIVED[np.radians] = _DERIVED[np.rad2deg], _DERIVED[np.deg2rad]
+# Logical ones end in a comparison (so jit returns bool, as NumPy): nonzero (nan too) is true.
+_LOGICAL: dict[Any, Callable] = {
+    np.logical_and: lambda a, b: (a != 0.0) + (b != 0.0) == 2.0,
+    np.logical_or: lambda a, b: (a != 0.0) + (b != 0.0) > 0.0,
+    np.logical_xor: lambda a, b: (a != 0.0) != (b != 0.0),
+    np.logical_not: lambda a: a == 0.0,
+}
+
+
+def _on_conditions(ufunc: Any, logical: Callable) -> Callable:
+    """``&``, ``|``, ``^``, ``~`` of conditions (comparisons, bools): the logical ufunc; of other
+    traced values (integers, which graphs hold as floats): TypeError."""
+    def on(*args: Any) -> Any:
+        bad = next((a for a in args if not _condition(a)), None)
+        if bad is not None:
+            raise TypeError(f"np.{ufunc.__name__} (&, |, ^, ~) of traced values combines conditions only "
+                            f"(comparisons, bools), not {str(bad)[:40]}: integers are floats in symgrad's graphs")
+        return logical(*args)
+    return on
+
+
+def _condition(a: Any) -> bool:
+    if isinstance(a, Expr):
+        return a.op.name in ops.COMPARISONS or a.op.name == "const" and a.payload in (0.0, 1.0)
+    return isinstance(a, bool | np.bool_)
+
+
+_DERIVED.update(_LOGICAL)
+_DERIVED.update({np.bitwise_and: _on_conditions(np.bitwise_and, _LOGICAL[np.logical_and]),
+                 np.bitwise_or: _on_conditions(np.bitwise_or, _LOGICAL[np.logical_or]),
+                 np.bitwise_xor: _on_conditions(np.bitwise_xor, _LOGICAL[np.logical_xor]),
+                 np.invert: _on_conditions(np.invert, _LOGICAL[np.logical_not])})
 ELEMENTWISE: dict[Any, Callable] = {**UFUNCS, **_DERIVED}
 # scipy.special's ufuncs, by name (SciPy is not imported for them: one met is SciPy's, already loaded).
 _SCIPY: dict[str, Callable] = {

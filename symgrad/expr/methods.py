@@ -54,6 +54,10 @@ for _name, _opname in {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div
 # `x == y` must never answer from identity. Structural identity is `is`; hashing stays by identity.
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
     setattr(Expr, f"__{_name}__", _operator(_name))
+for _name, _ufunc in {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}.items():  # conditions
+    setattr(Expr, f"__{_name}__", lambda self, other, _u=_ufunc: _u(self, other))
+    setattr(Expr, f"__r{_name}__", lambda self, other, _u=_ufunc: _u(other, self))
+Expr.__invert__ = lambda self: np.invert(self)
 Expr.__divmod__ = lambda self, other: (self // other, self % other)
 Expr.__rdivmod__ = lambda self, other: (other // self, other % self)
 Expr.__neg__ = lambda self: ndarrays.elementwise(lambda a: apply(ops.neg, (a,)), (self,)) if \

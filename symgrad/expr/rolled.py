@@ -302,11 +302,16 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
     free = [i for i in terms if i not in solved]
     if not free:
         return None
-    i = min(free, key=lambda k: (abs(terms[k]) != 1, str(k)))
+    digit = None if periodic else _leading_digit(terms, free, strides)
+    i = digit if digit is not None else min(free, key=lambda k: (abs(terms[k]) != 1, str(k)))
     c = terms[i]
-    rest = sum((terms[k] * (solved.get(k, k)) for k in terms if k is not i), intern(ops.OPS["const"], (), 0.0))
+    rest = sum((terms[k] * (solved.get(k, k)) for k in terms if k is not i and (k in solved or digit is None)),
+               intern(ops.OPS["const"], (), 0.0))
     rhs = target - offset - rest
     n = i.payload[1]
+    if digit is not None:  # the other free terms lie in 0..c-1: they are the remainder
+        value = rhs // c
+        return i, value, [value >= 0, value <= n - 1]
     if periodic:
         m = int(address.args[1].payload)
         if abs(c) != 1 or n > m:
@@ -320,6 +325,21 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
         return None
     value = rhs // c
     return i, value, [rhs % abs(c) == 0, value >= 0, value <= n - 1]
+
+
+def _leading_digit(terms: dict, free: list, strides: bool) -> Expr | None:
+    """The index of the largest coefficient where the free terms are the digits of a mixed-radix
+    number (``32*j + l``, l in 0..31: a reshaped slice), each coefficient past the largest sum of
+    the terms below it: then that index is the target's quotient and the rest its remainder,
+    solved one after another, where solving ``l`` alone would leave j to sum over."""
+    if len(free) < 2 or any(terms[k] <= 0 for k in free) or not strides and min(terms[k] for k in free) != 1:
+        return None  # (without strides the last digit must have a unit coefficient to be solved)
+    span, ordered = 0, sorted((k for k in free if k.payload[1] > 1), key=lambda k: terms[k])  # (0..0: no digit)
+    for k in ordered:
+        if terms[k] <= span:
+            return None
+        span += terms[k] * (k.payload[1] - 1)
+    return ordered[-1] if len(ordered) > 1 else None
 
 
 @functools.lru_cache(maxsize=64)  # (keyed by the values: == on Exprs builds nodes, no cache key compares them)
@@ -459,9 +479,18 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> 
                 return None
             tested.append((address, target))  # (a Jacobian's row cannot scatter: a masked sum instead)
             continue
-        i, value, conditions = step  # (earlier solutions and conditions may read i: in terms of value now)
-        solved = {k: substitute_indices(v, {i: value}) for k, v in solved.items()} | {i: value}
-        guards = [substitute_indices(g, {i: value}) for g in guards] + conditions
+        digits = False
+        while step is not None:
+            i, value, conditions = step  # (earlier solutions and conditions may read i: in terms of value now)
+            solved = {k: substitute_indices(v, {i: value}) for k, v in solved.items()} | {i: value}
+            guards = [substitute_indices(g, {i: value}) for g in guards] + conditions
+            # A digit of a mixed-radix address leaves the rest to solve from the same address
+            # (an index solved in terms of other free ones, i = t - j of x[i + j], does not).
+            more = not value.free.intersection(load.free) and address.free.difference(solved)
+            digits = digits or bool(more)
+            step = solve(address, target, solved, strides=bool(outer)) if more else None
+        if digits and address.free.difference(solved):  # (digits left unsolved are summed: tested)
+            guards.append(target == substitute_indices(address, solved))
     guards += [target == substitute_indices(address, solved) for address, target in tested]
     term = tidy(_at(w, load, solved), memo)
     for condition in reversed(guards):
