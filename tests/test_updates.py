@@ -2,6 +2,7 @@
 and element by element, and on symgrad.numpy's arrays: NumPy's in-place semantics on a copy (np.add.at
 for repeated positions), derivatives against finite differences."""
 
+import re
 import warnings
 
 import numpy as np
@@ -123,6 +124,30 @@ def test_jnp_array_of_traced_arrays_stacks_them_rolled():
         assert value == pytest.approx(ref(x), rel=1e-13)
         fd = [(ref(x + 1e-6 * e) - ref(x - 1e-6 * e)) / 2e-6 for e in np.eye(100)[:6]]
         np.testing.assert_allclose(grad[:6], fd, rtol=1e-6, atol=1e-6)
+
+
+def test_jnp_full_of_a_traced_scalar_is_one_rolled_array():
+    """GradBench's least squares: jnp.full(m, t) of a vmapped row's scalar, updated, cumprod: NumPy's
+    np.full made m copies (an element chain per row, its gradient a guarded sum per entry: 83 ms)."""
+    def llsq(x, n):
+        m = x.shape[0]
+
+        def f(i):
+            ti = -1.0 + (i * 2.0) / (n - 1.0)
+            muls = jnp.cumprod(jnp.full(m, ti).at[0].set(1))
+            return (jnp.sign(ti) + jnp.sum(-x * muls)) ** 2
+        return jnp.sum(sg.vmap(f)(jnp.arange(n))) / 2.0
+
+    x, n = np.random.default_rng(1).random(64), 24
+    t = np.linspace(-1, 1, n)
+    T = t[:, None] ** np.arange(64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = sg.value_and_grad(llsq, backend="vm")
+        value, grad = g(x, n)
+    assert g._last.indexed and value == pytest.approx(np.sum((np.sign(t) - T @ x) ** 2) / 2, rel=1e-12)
+    assert int(re.search(r"(\d+) nodes", g.explain()).group(1)) < 100  # (copies: 64 products, 64 guarded sums)
+    np.testing.assert_allclose(grad, -((np.sign(t) - T @ x) @ T), rtol=1e-12)
 
 
 def test_updates_chain_through_symgrad_numpy_values():
