@@ -595,6 +595,14 @@ def numpy_code() -> None:
         jax.block_until_ready(f(*args))
         seconds = per_call(lambda: jax.block_until_ready(f(*args)))
         row(problem, "JAX jit(value_and_grad)", "per call", seconds, base)
+    flat = np.concatenate([w.ravel() for w in (W1, b1, W2, b2)])  # (how ravel_pytree code looks)
+    problem = f"MLP {D}-{H}-{K}, {S} samples, one flat parameter vector sliced, traced NumPy code"
+    row(problem, "NumPy by hand (BLAS)", "per call", base, base)
+    t, vg = first(lambda: _called(sg.value_and_grad(mlp_flat), flat, X, T))
+    row(problem, "symgrad value_and_grad(fn)", "first result", t, None, "s")
+    row(problem, "symgrad value_and_grad(fn)", "Numba kernels in (background)", t + settled(vg), None, "s")
+    row(problem, "symgrad value_and_grad(fn)", "per call", per_call(vg, flat, X, T), base)
+    assert np.allclose(vg(flat, X, T)[1], np.concatenate([w.ravel() for w in want[1]]))
     N, d = 20000, 5
     X, y = rng.normal(size=(N, d)), (rng.random(N) > 0.5) * 1.0
     w = rng.normal(size=d) * 0.3
@@ -643,6 +651,14 @@ def numpy_code() -> None:
     t, _ = first(lambda: _called(sg.value_and_grad(lambda a, data: np.sum(a * data) ** 2 + a ** 2), 0.5, big))
     row("a 10^6-element data argument, traced NumPy code", "symgrad value_and_grad(fn)", "first result", t, None,
         "s")
+
+
+def mlp_flat(theta, X, T):
+    """mlp_numpy of one flat parameter vector, sliced and reshaped into its weights."""
+    _, D, H, K = MLP
+    sizes = np.cumsum([D * H, H, H * K])
+    W1, b1, W2, b2 = np.split(theta, sizes)
+    return mlp_numpy(W1.reshape(D, H), b1, W2.reshape(H, K), b2, X, T)
 
 
 def mlp_numpy_jax(W1, b1, W2, b2, X, T):

@@ -86,8 +86,12 @@ def test_check_grads_raises_as_jaxs_does():
         return np.sin(x)
 
     wrong.defjvps(lambda t, ans, x: 2.0 * np.cos(x) * t)  # twice the derivative
-    with pytest.raises(AssertionError):
-        sg.check_grads(wrong, (0.4,), order=1)
+    for modes in (["rev"], ["fwd"]):
+        with pytest.raises(AssertionError, match=None if modes == ["rev"] else "forward mode, order 1"):
+            sg.check_grads(wrong, (0.4,), order=1, modes=modes)
+    # forward mode takes results of any shape (reverse mode: a scalar's gradient), to any order
+    sg.check_grads(lambda x, p: {"a": np.tanh(x) * x[::-1], "b": p["w"] ** 3}, (np.array([0.3, -1.2]),
+                   {"w": 0.7}), order=3, modes=["fwd"])
 
 
 def test_checkpoint_and_tree_util_port_unchanged():
