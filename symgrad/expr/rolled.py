@@ -319,12 +319,22 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
         value = (rhs if c == 1 else -rhs) % m
         return i, value, [value <= n - 1]
     if abs(c) == 1:
-        value = rhs if c == 1 else -rhs
+        value = _remainder(rhs) if c == 1 else -rhs
         return i, value, [value >= 0, value <= n - 1]
     if not strides:
         return None
     value = rhs // c
     return i, value, [rhs % abs(c) == 0, value >= 0, value <= n - 1]
+
+
+def _remainder(e: Expr) -> Expr:
+    """``a - c*(a // c)`` (what a leading digit leaves) as ``a % c``, whose range, 0..c-1, settles guards."""
+    if e.op.name == "sub" and e.args[1].op.name == "mul" and e.args[1].args[0].op.name == "const":
+        c, q = e.args[1].args
+        if q.op.name == "floor_divide" and q.args[0] is e.args[0] and q.args[1].op.name == "const" \
+                and q.args[1].payload == c.payload and c.payload > 0:
+            return e.args[0] % int(c.payload)
+    return e
 
 
 def _leading_digit(terms: dict, free: list, strides: bool) -> Expr | None:
