@@ -45,7 +45,8 @@ def test_updates_match_numpy_on_the_interpreter(ndim, kind, seed, how):
     got = getattr(jnp.asarray(x).at[idx], kind)(v)
     np.testing.assert_array_equal(got, want)
     f = sg.jit(lambda x, v: getattr(x.at[idx], kind)(v), backend="python")
-    np.testing.assert_allclose(f(x, v), want, rtol=1e-15)
+    # (repeated positions add in another order than np.add.at: the terms' rounding, not the result's)
+    np.testing.assert_allclose(f(x, v), want, rtol=1e-15, atol=1e-15 * (np.max(np.abs(x)) + 4 * np.max(np.abs(v))))
 
 
 @pytest.mark.parametrize("n", [6, 100])  # element by element, rolled
