@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as _np
 
+from symgrad import trace
 from symgrad.expr import ndarrays, rolled
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr
@@ -44,9 +45,6 @@ def _rolled_inside(values: Any) -> bool:
     return isinstance(values, Expr) and values.op.array_valued
 
 
-_ROLLED = 64  # (trace.ROLLED_MIN: arrays this large trace rolled)
-
-
 def _traced_scalar(v: Any) -> bool:
     return isinstance(v, Expr) and not v.op.array_valued and v.op.name != "const"
 
@@ -65,8 +63,9 @@ def _making(make: Callable) -> Callable:
             return args[0]  # a traced array already has .at (NumPy's conversion would take it apart)
         if make in (_np.asarray, _np.array) and args and _rolled_inside(args[0]):
             return _stacked(args[0])
-        if make is _np.full and len(args) >= 2 and _traced_scalar(args[1]) and _np.prod(args[0]) >= _ROLLED:
-            return rolled.tensor(args[1], *ndarrays.fresh(tuple(_np.atleast_1d(args[0]))))  # (not n copies)
+        fill = args[1] if len(args) >= 2 else kwargs.get("fill_value")
+        if make is _np.full and _traced_scalar(fill) and _np.prod(args[0]) >= trace.ROLLED_MIN:
+            return rolled.tensor(fill, *ndarrays.fresh(tuple(_np.atleast_1d(args[0]))))  # (not n copies)
         out = make(*args, **kwargs)
         if type(out) is _np.ndarray and out.dtype == object:  # traced scalars among numbers: NumPy's
             return wrap(out)  # ufuncs would call .exp() on the numbers; a SymArray applies symgrad's
