@@ -63,9 +63,10 @@ def _making(make: Callable) -> Callable:
             return args[0]  # a traced array already has .at (NumPy's conversion would take it apart)
         if make in (_np.asarray, _np.array) and args and _rolled_inside(args[0]):
             return _stacked(args[0])
-        fill = args[1] if len(args) >= 2 else kwargs.get("fill_value")
-        if make is _np.full and _traced_scalar(fill) and _np.prod(args[0]) >= trace.ROLLED_MIN:
-            return rolled.tensor(fill, *ndarrays.fresh(tuple(_np.atleast_1d(args[0]))))  # (not n copies)
+        shape = args[0] if args else kwargs.get("shape")
+        fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
+        if make is _np.full and _traced_scalar(fill) and _np.prod(shape) >= trace.ROLLED_MIN:
+            return rolled.tensor(fill, *ndarrays.fresh(tuple(_np.atleast_1d(shape))))  # (not n copies)
         out = make(*args, **kwargs)
         if type(out) is _np.ndarray and out.dtype == object:  # traced scalars among numbers: NumPy's
             return wrap(out)  # ufuncs would call .exp() on the numbers; a SymArray applies symgrad's

@@ -148,6 +148,9 @@ def test_jnp_full_of_a_traced_scalar_is_one_rolled_array():
         value, grad = g(x, n)
     assert g._last.indexed and value == pytest.approx(np.sum((np.sign(t) - T @ x) ** 2) / 2, rel=1e-12)
     assert int(re.search(r"(\d+) nodes", g.explain()).group(1)) < 100  # (copies: 64 products, 64 guarded sums)
+    for full in (lambda w: jnp.full(100, fill_value=w), lambda w: jnp.full(shape=(4, 25), fill_value=w)):
+        h = sg.grad(lambda w, full=full: jnp.sum(full(w) * np.arange(100.0).reshape(full(1.0).shape)))
+        assert h(2.0) == 4950.0 and int(re.search(r"(\d+) nodes", h.explain()).group(1)) < 20
     np.testing.assert_allclose(grad, -((np.sign(t) - T @ x) @ T), rtol=1e-12)
 
 
