@@ -418,7 +418,7 @@ def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict
     total = None
     named = frozenset().union(*(t.free for t in targets)).difference(outer)
     for load, w in sites:
-        load, w = _apart(load, w, named)
+        load, w = _apart(load, w, targets, named)
         term = _inverted(load, w, targets, outer, memo)
         if term is None:
             term = _scattered(arr, load, w, targets)
@@ -426,11 +426,16 @@ def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict
     return total
 
 
-def _apart(load: Expr, w: Expr, named: frozenset) -> tuple[Expr, Expr]:
+def _apart(load: Expr, w: Expr, targets: tuple, named: frozenset) -> tuple[Expr, Expr]:
     """The site with its indices that the targets also name renamed: they are different indices.
     (A Hessian differentiates a first adjoint, a tensor over l reading x[p[l]], into x's adjoint at
-    l again: solving or summing the site's l would capture the target's.)"""
-    clash = load.free.intersection(named)
+    l again: solving or summing the site's l would capture the target's.) Not an index that is a whole
+    address at its own target's position and nowhere else: it solves to itself, and keeping it keeps
+    the site's body the node the forward pass shares (t[j, u] read in a tensor over j, u)."""
+    addresses = load.args[1:]
+    same = {a for a, t in zip(addresses, targets)
+            if a is t and sum(a in b.free for b in (*addresses, *targets)) == 2}
+    clash = load.free.intersection(named).difference(same)
     if not clash:
         return load, w
     fresh = {i: fresh_index(i) for i in by_name(clash)}
