@@ -44,6 +44,7 @@ import numpy as np
 
 import symgrad as sg
 from symgrad import trace
+from symgrad.compile import pieces
 from symgrad.expr import interp
 
 # Relative tolerances. A backend against the interpreter: the same formulas, so only rounding (the
@@ -1474,30 +1475,34 @@ def run(programs: int | None = None, seed: int = 0, backends: tuple[str, ...] | 
         if "numba" in backends and (numba_every and n % numba_every == 0 or set(backends) <= {"python", "numba"}):
             use.append("numba")
         extras = (EXTRAS[(n // extras_every) % len(EXTRAS)],) if extras_every and n % extras_every == 0 else ()
-        checker = _Checker(program, tuple(use), extras, element=bool(element_every) and n % element_every == 0)
-        try:
-            results, status = checker.run(), checker.status
-        except Exception as e:  # a bug of the fuzzer itself: say so, go on
-            say(f"program {n}: the fuzzer failed: {_error(e)}\n{traceback.format_exc()}\n"
-                f"{program.snippet('python')}")
-            results, status = [], "crash"
-        counts[status] += 1
-        if status in ("unsupported", "fallback"):
-            reasons[f"{status}: {checker.note[:120]}"] += 1
-        n += 1
-        for d in _one_per_key(results):
-            if d.kind == "error" and (d.key, _gist(d.detail)) in seen:
-                counts["repeated errors"] += 1  # the same exception again: not minimised again
-                continue
-            seen.add((d.key, _gist(d.detail)))
-            if minimise_seconds > 0:
-                d = minimise(d, tuple(use), minimise_seconds)
-            sig = (d.key, d.program.source)
-            if sig in seen:
-                continue
-            seen.add(sig)
-            found.append(d)
-            say(f"\nDISAGREEMENT #{len(found)} (program {n - 1}, {time.monotonic() - start:.0f} s)\n{d}")
+        # Every other program on numba splits its kernel into pieces of a few lines (pieces.py), so that
+        # the split kernels run the same programs as whole ones.
+        split = "numba" in use and (n // max(numba_every, 1)) % 2 == 1
+        with pieces.sized(0, 1 + n % 40) if split else contextlib.nullcontext():
+            checker = _Checker(program, tuple(use), extras, element=bool(element_every) and n % element_every == 0)
+            try:
+                results, status = checker.run(), checker.status
+            except Exception as e:  # a bug of the fuzzer itself: say so, go on
+                say(f"program {n}: the fuzzer failed: {_error(e)}\n{traceback.format_exc()}\n"
+                    f"{program.snippet('python')}")
+                results, status = [], "crash"
+            counts[status] += 1
+            if status in ("unsupported", "fallback"):
+                reasons[f"{status}: {checker.note[:120]}"] += 1
+            n += 1
+            for d in _one_per_key(results):
+                if d.kind == "error" and (d.key, _gist(d.detail)) in seen:
+                    counts["repeated errors"] += 1  # the same exception again: not minimised again
+                    continue
+                seen.add((d.key, _gist(d.detail)))
+                if minimise_seconds > 0:
+                    d = minimise(d, tuple(use), minimise_seconds)
+                sig = (d.key, d.program.source)
+                if sig in seen:
+                    continue
+                seen.add(sig)
+                found.append(d)
+                say(f"\nDISAGREEMENT #{len(found)} (program {n - 1}, {time.monotonic() - start:.0f} s)\n{d}")
         if n % 25 == 0:
             say(f"{n} programs, {len(found)} disagreements ({dict(counts)}), {time.monotonic() - start:.0f} s")
     stats.update(programs=n, disagreements=len(found), seconds=time.monotonic() - start, **counts)

@@ -229,7 +229,8 @@ def test_fuzz_interpreter_element_trace_and_loop_vm():
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fuzz_numba_loops(seed):
-    """A few programs on the generated Numba loops (each compiles 0.5 s or more)."""
+    """A few programs on the generated Numba loops (each compiles 0.5 s or more); every other one with its
+    kernel split into pieces of a few lines."""
     found = fuzz.run(programs=3, seed=seed, backends=("python", "numba"), extras_every=0, element_every=0,
                      minimise_seconds=0)
     assert not found, _report(found)

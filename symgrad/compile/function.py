@@ -33,10 +33,6 @@ BACKENDS = ("auto", *REGISTRY["program"])
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
 # then costs more than the VM's slower run saves for all but very hot loops.
 AUTO_THRESHOLD = 200
-# Loop programs longer than this many lines of Numba source run on the loop VM under "auto": Numba's
-# compile time grows faster than the kernel (a Python loop of 10, 20, 40 RNN steps on arrays: 2600
-# lines in 16 s, 5200 in 48 s, 10400 in 285 s and 4.4 GB).
-AUTO_LOOP_LINES = 1500
 # Under "auto" a loop program not yet in the disk cache runs on the loop VM at once while Numba
 # compiles it on a background thread; the Numba kernels take over when ready (Compiled.ready()).
 TIERED = True
@@ -359,13 +355,10 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto" and isinstance(program, LoopProgram):
-        if program.source.count("\n") > AUTO_LOOP_LINES:
-            backend = "vm"
-        elif TIERED and loop_vm.at_hand() and not numba_on_disk(program):
+        if TIERED and loop_vm.at_hand() and not numba_on_disk(program):
             return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(
                 lambda: program.kernels("numba"))
-        else:
-            backend = "numba"
+        backend = "numba"
     elif backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
     needs_roots = backend in REGISTRY["program"] and REGISTRY["program"][backend].needs_roots

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import types
 
-from symgrad.compile import cache, fastmath, special
+from symgrad.compile import cache, fastmath, pieces, special
 from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
@@ -76,6 +77,7 @@ class _Emitter:
         self.count = self.n_indices = 0
         self.children: dict[tuple, tuple] = {}
         self.integers: set[Expr] = set()  # nodes emitted as integer arithmetic
+        self.integer_names: set[str] = set()  # and the names holding them
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -121,6 +123,8 @@ class _Emitter:
         """Compute ``node`` (its arguments known in ``reg``) in ``home``: the name of its value."""
         name = self.fresh("v")
         home.lines.append(f"{name} = {self._expression(node, reg)}")
+        if node in self.integers:
+            self.integer_names.add(name)
         return name
 
     def _known(self, node: Expr, reg: _Region) -> str | None:
@@ -233,15 +237,35 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
             size, first = math.prod(r.shape), out_offsets[r]
             top.lines += _copied(emitter, "out", start, f"out[{first}:{first + size}]", size)
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
-    body = "\n".join("    " + line for line in _library_where_scalar(lines + top.lines + [f"return {ret}"]))
+    body = _library_where_scalar(lines + top.lines + [f"return {ret}"])
     nx, np_ = len(Layout(inputs)), len(Layout(params))
     sizes = f"x.shape[0] != {nx} or p.shape[0] != {np_} or out.shape[0] != {offset}"
     checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n    work = np.empty(WORK)\n"
     header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n{special.IMPORT}\n\n"
-    return (header + "".join(h + "\n" for h in head) +
-            f"WORK = {filler.work}  # floats of workspace its temporary arrays take\n"
-            f"\n\n@numba.njit(error_model='numpy')\ndef kernel(x, p, out, work):\n{body}\n"
-            f"\n\n@numba.njit(error_model='numpy')\ndef point(x, p, out):\n{checks}{body}\n")
+    entries = _ENTRIES.format(nx=nx, np=np_, nout=offset)
+    text = (header + "".join(h + "\n" for h in head) +
+            f"WORK = {filler.work}  # floats of workspace its temporary arrays take\n")
+    if len(body) > pieces.SPLIT_LINES:
+        return text + _split_kernel(body, emitter.integer_names, checks) + entries.replace(_JIT, "")
+    body_text = _indented(body)
+    return (text + f"\n\n{_JIT}def kernel(x, p, out, work):\n{body_text}\n"
+            f"\n\n{_JIT}def point(x, p, out):\n{checks}{body_text}\n" + entries)
+
+
+def _indented(lines: list[str]) -> str:
+    return "\n".join("    " + line for line in lines)
+
+
+def _split_kernel(body: list[str], integers: set[str], checks: str) -> str:
+    """The kernel as Numba pieces (see symgrad.compile.pieces) that plain Python functions call in turn."""
+    parts, floats, ints = pieces.split(body, integers)
+    defs = "".join(f"\n\n@numba.njit(nogil=True, error_model='numpy')\ndef piece{k}(x, p, out, work, sc, si):\n"
+                   f"{_indented(part)}\n" for k, part in enumerate(parts))
+    calls = "".join(f"    piece{k}(x, p, out, work, sc, si)\n" for k in range(len(parts) - 1))
+    kernel = (f"\n\nPIECES = {len(parts)}\n\n\ndef kernel(x, p, out, work):\n"
+              f"    sc, si = np.empty({floats}), np.empty({ints}, dtype=np.int64)\n{calls}"
+              f"    return piece{len(parts) - 1}(x, p, out, work, sc, si)\n")
+    return defs + kernel + f"\n\ndef point(x, p, out):\n{checks}    return kernel(x, p, out, work)\n"
 
 
 class _Filler:
@@ -561,8 +585,7 @@ class LoopProgram:
     def source(self) -> str:
         """The generated Numba module: the loop kernel and its point / batch / total entries."""
         outputs = list(self.roots) if self.returns_value else [_ZERO, *self.roots]
-        return source(outputs, self.inputs.exprs, self.params.exprs) + _ENTRIES.format(
-            nx=len(self.inputs), np=len(self.params), nout=self.n_out)
+        return source(outputs, self.inputs.exprs, self.params.exprs)
 
     @property
     def key(self) -> str:
@@ -644,6 +667,7 @@ class LoopProgram:
 
 # The batch and sum entries around the loop kernel: sizes checked (a longer vector would be read
 # silently otherwise), the workspace allocated once per thread's rows.
+_JIT = "@numba.njit(nogil=True, error_model='numpy')\n"
 _ENTRIES = """
 
 @numba.njit(nogil=True, error_model='numpy')
@@ -679,14 +703,31 @@ def numba_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
                         "on the loop VM")
         return program.kernels("vm")
     module = cache.load(name, program.source)
-    return Kernels("numba", functools.lru_cache(None)(
-        lambda variant: cache.typed(module, variant, SIGNATURES[variant])), program.source)
+
+    def kernel(variant: str) -> Any:
+        if not hasattr(module, "PIECES"):
+            return cache.typed(module, variant, SIGNATURES[variant])
+        for piece in _compiled_functions(module):  # a split kernel: plain Python calling its pieces
+            cache.typed(module, piece, _PIECE)
+        return getattr(module, variant)
+
+    return Kernels("numba", functools.lru_cache(None)(kernel), program.source)
+
+
+_PIECE = (*(types.float64[::1],) * 5, types.int64[::1])
 
 
 def numba_on_disk(program: LoopProgram) -> bool:
     """Whether Numba's machine code for ``program`` is in the disk cache (ready in a moment)."""
     name = _module_name(program)
-    return cache.has_room(name) and cache.on_disk(cache.load(name, program.source), "point")
+    if not cache.has_room(name):
+        return False
+    module = cache.load(name, program.source)
+    return all(cache.on_disk(module, f) for f in _compiled_functions(module))
+
+
+def _compiled_functions(module: Any) -> list[str]:
+    return [f"piece{k}" for k in range(module.PIECES)] if hasattr(module, "PIECES") else ["point"]
 
 
 def _module_name(program: LoopProgram) -> str:
