@@ -169,3 +169,30 @@ def test_sums_down_columns_add_row_by_row_in_the_same_order():
     for backend in ("numba", "vm"):
         got = sg.compile([f, t], [A, w], backend=backend)(x)
         np.testing.assert_array_equal(got[1:].reshape(3, 5), want)
+
+
+def test_a_reduction_inside_loops_it_does_not_vary_over_is_computed_once():
+    """k-means' gradient: the min over clusters of each point's distance, read inside a sum over the
+    points of a tensor over the clusters (loops: cluster, then point). Computed where it was read, it
+    cost clusters x points x clusters; the plan stores it once per point (a tensor over the points),
+    and the values stay the interpreter's."""
+    from symgrad.compile.plan import plan
+
+    P, C = sg.array("P", (300, 4)), sg.array("C", (20, 4))
+    w, u, k = sg.index("w", 300), sg.index("u", 20), sg.index("k", 4)
+    d = sg.sum((P[w, k] - C[u, k]) ** 2, k)
+    cost = sg.sum(sg.min(d, u), w)
+    g = sg.grad(cost, [C])[0]
+    outputs, _ = plan([g])
+    order = sg.expr.traverse.topo_order(outputs)
+    stored = [n for n in order if n.op.name == "tensor" and n.args[0].op.name == "min"]
+    assert [t.shape for t in stored] == [(300,)]
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(size=1200), rng.normal(size=80)])
+    want = sg.compile(g, [P, C], backend="python")(x)
+    for backend in ("vm", "numba"):
+        np.testing.assert_allclose(sg.compile(g, [P, C], backend=backend)(x), want, rtol=1e-12, atol=1e-12)
+    points, centers = x[:1200].reshape(300, 4), x[1200:].reshape(20, 4)
+    near = np.argmin(((points[:, None] - centers[None]) ** 2).sum(2), axis=1)
+    by_hand = np.array([-2 * (points[near == c] - centers[c]).sum(0) for c in range(20)])
+    np.testing.assert_allclose(want.reshape(20, 4), by_hand, rtol=1e-12, atol=1e-12)

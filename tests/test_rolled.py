@@ -346,3 +346,32 @@ def test_nested_rolled_gradients_equal_the_unrolled_graphs(fAx, data):
     assume(all(np.all(np.isfinite(g)) for g in (*got, *want.values())))
     np.testing.assert_allclose(got[0], want["A"], rtol=1e-11, atol=1e-11, err_msg=str(f))
     np.testing.assert_allclose(got[1], want["x"], rtol=1e-11, atol=1e-11, err_msg=str(f))
+
+
+def test_guarded_products_along_a_chain_read_each_adjoint_once():
+    """The gradient of where(x > 0, chain(x), 0) through L sigmoids: each guarded product (its partial a
+    division that may be inf) tests and multiplies an adjoint the next one tests and multiplies again.
+    Stored once per element, the guards grow linearly with L (inline they nested: 15, 45, 153, 561
+    wheres at L = 2, 4, 8, 16, the loops of an LSTM's gradient 4000 lines a body); the values, nan
+    kept out where the mask is off, are the interpreter's and finite differences'."""
+    x, i = sg.array("x", 50), sg.index("i", 50)
+
+    def gradient(L):
+        v = x[i]
+        for _ in range(L):
+            v = 1.0 / (1.0 + sg.exp(-v * 1.5))
+        f = sg.sum(sg.where(x[i] > 0, v, 0.0) ** 2, i)
+        return f, sg.grad(f, [x])[0]
+
+    order = sg.expr.traverse.topo_order
+    wheres = [sum(n.op.name == "where" for n in order([gradient(L)[1]])) for L in (2, 4, 8, 16)]
+    assert [b - a for a, b in zip(wheres, wheres[1:])] == [4, 8, 16], wheres  # 2 wheres a sigmoid
+    f, g = gradient(6)
+    v = np.random.default_rng(3).normal(size=50) * 30  # exp overflows: inf partials where masked off
+    got = sg.compile(g, [x], backend="python")(v)
+    assert np.all(np.isfinite(got)) and np.all(got[v <= 0] == 0)
+    value = sg.compile(f, [x], backend="python")
+    fd = [(value(v + e) - value(v - e)) / 2e-6 for e in 1e-6 * np.eye(50)[:8]]
+    np.testing.assert_allclose(got[:8], fd, rtol=1e-5, atol=1e-9)
+    for backend in ("vm", "numba"):
+        np.testing.assert_allclose(sg.compile(g, [x], backend=backend)(v), got, rtol=1e-13, atol=1e-300)

@@ -170,13 +170,17 @@ def test_a_trace_without_rolled_form_says_so_once_and_explains():
     assert g.explain().splitlines()[1] == "  x: (100,) -> rolled (whole arrays: loops), 6 nodes, loops on vm"
 
 
-def test_long_loop_programs_compile_in_pieces_under_auto():
-    from symgrad.compile import pieces
+def test_long_loop_programs_compile_in_pieces_under_auto(monkeypatch):
+    from symgrad.compile import function, loop_vm, pieces
 
+    # Even where the loop VM is not compiled yet (seconds), a long program runs on it first (minutes of Numba).
+    monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
+    monkeypatch.setattr(function, "numba_on_disk", lambda program: False)  # (as in a fresh cache)
     with pieces.sized(10, 4):  # (a kernel of more than 10 lines is long)
         vg = sg.value_and_grad(lambda x: np.sum(np.tanh(x[1:] * x[:-1])))
         x = RNG.normal(size=100)
         np.testing.assert_allclose(vg(x)[0], np.sum(np.tanh(x[1:] * x[:-1])), rtol=1e-13)
+    assert vg.compiled._final is not None  # tiered: the VM's kernels while Numba compiles
     assert vg.compiled.ready().backend == "numba" and "def piece1(" in vg.compiled.source
     np.testing.assert_allclose(vg(x)[1][1:-1], (1 - np.tanh(x[1:-1] * x[:-2]) ** 2) * x[:-2] +
                                (1 - np.tanh(x[2:] * x[1:-1]) ** 2) * x[2:], rtol=1e-12)

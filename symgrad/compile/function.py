@@ -355,7 +355,8 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto" and isinstance(program, LoopProgram):
-        if TIERED and loop_vm.at_hand() and not numba_on_disk(program):
+        # (a long program compiles for minutes: the VM's own first compile, seconds, is worth it then)
+        if TIERED and (loop_vm.at_hand() or program.split) and not numba_on_disk(program):
             return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(
                 lambda: program.kernels("numba"))
         backend = "numba"

@@ -588,6 +588,11 @@ class LoopProgram:
         return source(outputs, self.inputs.exprs, self.params.exprs)
 
     @property
+    def split(self) -> bool:
+        """Whether the kernel is long enough to be compiled in pieces (see symgrad.compile.pieces)."""
+        return "\nPIECES = " in self.source
+
+    @property
     def key(self) -> str:
         return hashlib.blake2b(self.source.encode(), digest_size=12).hexdigest()
 

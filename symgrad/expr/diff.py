@@ -136,11 +136,28 @@ class _Masks:
     def product(self, node: Expr, g: Expr, p: Expr) -> Expr:
         """``g * p``, the contribution of ``node``'s adjoint ``g`` through the partial ``p``; guarded
         where ``g`` may be a mask's 0 and ``p`` nan."""
-        out = g if p is _ONE else g * p
-        # (also where g * p folded to where(c, g' * p, 0): g' may be another mask's 0)
         if self.masking and node in self.masked and p.op.name != "const" and self.may_fail(p):
-            return ops.where(ops.eq(g, 0.0), 0.0, out)
-        return out
+            g = _materialised(g)
+            # (also where g * p folded to where(c, g' * p, 0): g' may be another mask's 0)
+            return ops.where(ops.eq(g, 0.0), 0.0, g if p is _ONE else g * p)
+        return g if p is _ONE else g * p
+
+
+# The largest adjoint (elements) that a guarded product stores to read it (see _materialised).
+MATERIALISED_MAX = 10**7
+
+
+def _materialised(g: Expr) -> Expr:
+    """``g``, an adjoint varying over indices, read from the array of its values: a guarded product
+    tests it and multiplies it, and the next one tests and multiplies that, so left inline each level
+    would compute every level below it again (an LSTM's gradient: 4000 lines a loop body, most of
+    them the same tests); stored, each level reads one number."""
+    if not g.free or g.op.name in ("load", "const", "index", "var"):
+        return g
+    indices = sorted(g.free, key=lambda i: i.payload)  # (name, size): the same order in every process
+    if np.prod([i.payload[1] for i in indices], dtype=float) > MATERIALISED_MAX:
+        return g
+    return apply(ops.load, (rolled.tensor(g, *indices), *indices))
 
 
 @paused_gc()
