@@ -25,6 +25,7 @@ from symgrad.compile.lower import lower
 from symgrad.compile.program import Program
 from symgrad.expr.diff import grad
 from symgrad.expr.node import Expr
+from symgrad.expr.reroll import reroll
 from symgrad.expr.serialize import dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list
@@ -428,6 +429,9 @@ def value_and_grad(f: Any, wrt: Any, params: Any = (), backend: str = "auto", *,
     if len(f_expr) != 1 or f_expr[0].op.array_valued:
         raise ValueError(f"value_and_grad needs one scalar expression, got {_outputs_brief(f)}")
     if gradient is None:
+        rolled = reroll(f_expr[0], wrt_list) if all(v.op.name == "var" for v in wrt_list) else None
+        if rolled is not None:  # a model built from scalars: its alike terms as loops (expr/reroll.py)
+            f_expr, wrt_list = [rolled[0]], rolled[1]
         gradient = grad(f_expr[0], wrt_list)
     size = sum(math.prod(v.shape) for v in wrt_list)
     return _make([f_expr[0], *gradient], wrt_list, params, backend, (size,), True)
