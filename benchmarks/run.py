@@ -303,6 +303,32 @@ def p5() -> None:
         contenders(name, base, v, n, jax_p5, casadi_p5)
 
 
+def springs_sg(n: int, backend: str = "auto"):
+    """The spring chain assembled from scalars in a Python loop (as CasADi SX or SymPy models are)."""
+    q = sg.vector("q", n)
+    with sg.paused_gc():
+        f = sum((sg.sqrt((q[2 * i + 2] - q[2 * i]) ** 2 + (q[2 * i + 3] - q[2 * i + 1]) ** 2) - 1.0) ** 2
+                for i in range(n // 2 - 1))
+    vg = sg.value_and_grad(f, q, backend=backend)
+    vg(np.full(n, 0.5))
+    return vg
+
+
+def scalar_built() -> None:
+    """Models built from scalars: their alike terms rolled into loops (symgrad.expr.reroll)."""
+    n = 20000
+    name = f"spring chain n={n}, built from scalars"
+    v = np.random.default_rng(0).normal(size=n)
+    base, _ = first_and_per_call(name, "hand-written @njit loop", None, v, hand.fresh, hand.springs, v)
+    first_and_per_call(name, "symgrad auto ({fn.backend}, {fn.n_ops} ops)", base, v, springs_sg, n)
+    if HAVE["casadi"]:
+        x = ca.SX.sym("x", n)
+        f = sum((ca.sqrt((x[2 * i + 2] - x[2 * i]) ** 2 + (x[2 * i + 3] - x[2 * i + 1]) ** 2) - 1.0) ** 2
+                for i in range(n // 2 - 1))
+        cf = ca.Function("f", [x], [f, ca.gradient(f, x)])
+        row(name, "CasADi SX Function (value, gradient)", "per call", per_call(cf, v), base)
+
+
 # ---- the disk cache: a second process ------------------------------------------------------------
 
 CACHE_SCRIPT = """
@@ -726,6 +752,63 @@ def recurrences() -> None:
             per_call(lambda: jax.block_until_ready(f(theta, xs, ys))), base)
 
 
+def gradbench() -> None:
+    """GradBench's evaluations (benchmarks/gradbench.py: one JAX-style source, run under jax.numpy and
+    symgrad.numpy): first result (build, trace, compile, first call; symgrad's compiles start from
+    the fresh cache directory) and per call, symgrad against jax.jit, results checked to agree."""
+    import warnings
+
+    import gradbench as gb
+
+    from symgrad.compile import loop_vm
+
+    if not loop_vm.at_hand():  # the loop VM's kernels, compiled once per machine: else no tiered start
+        vm_warmup()
+    numba.njit(lambda: 0.0)()  # process start-up (Numba's, JAX's) is not charged to the first problem
+    symgrad_ns, jax_ns = gb.namespace("symgrad"), gb.namespace("jax") if HAVE["jax"] else None
+    if jax_ns is not None:
+        jax.block_until_ready(jax.jit(jax.grad(lambda x: jnp.sum(x * x)))(np.ones(3)))
+    for problem, what, make in gb.CASES:
+        name = f"gradbench {problem}: {what}"
+        base = base_first = want = None
+        if jax_ns is not None:
+            start = time.perf_counter()
+            jf, args = make(jax_ns)
+            want = jax.block_until_ready(jf(*args))
+            base_first = time.perf_counter() - start
+            call = lambda jf=jf, args=args: jax.block_until_ready(jf(*args))  # noqa: E731
+            base = gb.timed(per_call, call)
+            row(name, "JAX jax.jit", "first result", base_first, base_first, "s")
+            row(name, "JAX jax.jit", "per call", base, base)
+        start = time.perf_counter()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                f, args = make(symgrad_ns)
+                got = f(*args)
+        except Exception as error:  # noqa: BLE001 (recorded in the table, the next problem goes on)
+            ROWS.append((name, "symgrad sg.jit", "error", f"{type(error).__name__}: {error}"[:300], ""))
+            continue
+        t = time.perf_counter() - start
+        t_final = t + settled(f)
+        row(name, "symgrad sg.jit", "first result", t, base_first, "s")
+        if t_final > t + 0.01:
+            row(name, "symgrad sg.jit", "Numba kernels in (background)", t_final, base_first, "s")
+        for w in caught:
+            ROWS.append((name, "symgrad sg.jit", "warning", str(w.message)[:300].replace("\n", " "), ""))
+        path = f.explain().splitlines()[-1].split("->")[-1].strip().replace("rolled (whole arrays: loops), ", "")
+        if t_final > 600:
+            ROWS.append((name, "symgrad sg.jit", "per call", "not timed: first result over 10 min", ""))
+        else:
+            seconds = gb.timed(per_call, f, *args)
+            row(name, f"symgrad sg.jit ({path})", "per call", seconds, base)
+        if want is not None:
+            norm, largest = gb.agree(got, want)
+            ROWS.append((name, "symgrad vs JAX", "relative difference: 2-norm (asserted <= 1e-8); max entry",
+                         f"{norm:.1e}; {largest:.1e}", ""))
+        print(f"gradbench: {name} done", file=sys.stderr, flush=True)
+
+
 def threshold() -> None:
     """Around the auto threshold: Numba's compile against the VM's slower calls."""
     for n in (5, 15, 40):
@@ -769,8 +852,8 @@ def write(path: Path) -> str:
 
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
-    for step in (vm_warmup, p1, p2, p3, p4, p5, threshold, disk_cache, traced, sparse_hessian, bounded,
-                 import_time, rolled, numpy_code, recurrences):
+    for step in (vm_warmup, p1, p2, p3, p4, p5, scalar_built, threshold, disk_cache, traced, sparse_hessian,
+                 bounded, import_time, rolled, numpy_code, recurrences, gradbench):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)
