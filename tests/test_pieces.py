@@ -80,3 +80,18 @@ def test_batch_and_sum_run_a_split_kernel_row_by_row():
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
     for got, expected in zip(vg.sum(X[0], P), want.sum(X[0], P)):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_a_table_entry_computed_in_one_piece_travels_as_an_integer():
+    """A gather through a table of indices (``x[7 * arange(n) % n]``): the table's entry, read at the top
+    level of one piece and used as an address in the next, travels through ``si`` (found by the fuzzer:
+    spilled as a float, the next piece failed to compile)."""
+    def f(x):
+        return np.sum(np.minimum.accumulate(x[7 * np.arange(x.shape[0]) % x.shape]))
+
+    x = np.random.default_rng(66950515).normal(size=64)
+    want = sg.value_and_grad(f, backend="python")(x)
+    with pieces.sized(0, 1):
+        got = sg.value_and_grad(f, backend="numba")(x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-13, atol=1e-15)

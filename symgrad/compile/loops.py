@@ -123,7 +123,7 @@ class _Emitter:
         """Compute ``node`` (its arguments known in ``reg``) in ``home``: the name of its value."""
         name = self.fresh("v")
         home.lines.append(f"{name} = {self._expression(node, reg)}")
-        if node in self.integers:
+        if self._integral(node):  # (integer arithmetic, a table's entry)
             self.integer_names.add(name)
         return name
 
