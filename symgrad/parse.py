@@ -21,6 +21,7 @@ from symgrad.callmodule import make_callable
 from symgrad.expr.build import Var, apply, const
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import FUNCTIONS, OPS, Op
+from symgrad.expr.traverse import substitute
 
 _CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 _TOKENS = re.compile(r"""
@@ -104,9 +105,38 @@ def parse(text: str) -> Expr:
     x*y + sin(x)
     >>> sg.parse("2**10**10 * x")
     inf*x
+    >>> sg.parse("t1 = sin(x)\\nt1 * t1 + t1")  # a let-form, as shared subexpressions print
+    sin(x)*sin(x) + sin(x)
     """
     if not isinstance(text, str):
         raise TypeError(f"parse() needs a str, got {type(text).__name__}")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and all(_LET.match(line) for line in lines[:-1]):
+        return _let_form(lines)
+    return _formula(text)
+
+
+_LET = re.compile(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)\Z")
+
+
+def _let_form(lines: list[str]) -> Expr:
+    """A let-form, as symgrad prints shared subexpressions (``t1 = sin(x)`` lines, then the formula
+    using them): each name bound to its formula, read where later lines use it."""
+    bound: dict[Expr, Expr] = {}
+    for k, line in enumerate(lines[:-1], 1):
+        name, formula = _LET.match(line).groups()
+        try:
+            bound[Var(name)] = substitute(_formula(formula), bound)
+        except ParseError as e:
+            raise ParseError(f"line {k}: {e}") from None
+    try:
+        return substitute(_formula(lines[-1]), bound)
+    except ParseError as e:
+        raise ParseError(f"line {len(lines)}: {e}") from None
+
+
+def _formula(text: str) -> Expr:
+    """One formula (no let-form lines)."""
     values: list[Any] = []
     frames = [_Frame(None, 0)]
     tokens = _tokens(text)

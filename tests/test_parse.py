@@ -88,3 +88,19 @@ def test_random_strings_parse_or_raise_parse_error(text):
     assert isinstance(got, sg.Expr)
     assert isinstance(sg.parse(str(got)), sg.Expr)  # whatever parses prints as a formula
 
+
+
+def test_a_printed_let_form_parses_back():
+    """str() names shared subexpressions once (``t1 = ...`` lines) where repeating them would blow up:
+    parse reads that form back (a random DAG's printing did not parse: test_random_graphs)."""
+    x, y = sg.symbols("x y")
+    e = sg.sin(x * y)
+    for _ in range(12):
+        e = sg.log(e * e + 1.0) + e
+    text = str(e)
+    assert "t1 = " in text
+    back = sg.parse(text)
+    point = {x: 0.3, y: 0.7}
+    assert sg.evaluate(back, point) == pytest.approx(sg.evaluate(e, point), rel=1e-14)
+    with pytest.raises(sg.ParseError, match="line 2"):
+        sg.parse("t1 = sin(x)\nt2 = t1 +\nt2")
