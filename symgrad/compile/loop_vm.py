@@ -271,13 +271,13 @@ class _Lanes(loops._Emitter):
             home.lines.append((LOAD, d, memory, at, offset, 0))
         else:
             args = [self._known(a, reg) for a in node.args]
-            if name in ("mod", "floor_divide") and all(self._integral(a) for a in node.args):
+            if name in ("mod", "floor_divide") and self._integer(node):
                 home.lines.append((IMOD if name == "mod" else IDIV, d, *args, 0, 0))
             else:
                 switched = self.library.intersection(_CALLS.get(name, ()))
                 code = _LIBRARY[name, switched] if switched else node.op.code
                 home.lines.append((code, d, *args, *(0,) * (4 - len(args))))
-            if name in loops._INTEGER_OPS and all(self._integral(a) for a in node.args):
+            if self._integer(node):
                 self.integers.add(node)
         return d
 

@@ -28,6 +28,7 @@ from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
 from symgrad.compile.schedule import Schedule, ScheduleError, Step, ranges, riders, riding, schedule, slots
+from symgrad.expr.build import apply, const
 from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr, intern
@@ -146,10 +147,23 @@ class _Emitter:
             return f"{arr}[{', '.join(addresses)}]"
         if name == "pow" and node.args[1].op.name == "const" and node.args[1].payload in POWERS:
             return POWERS[node.args[1].payload].format(args[0])
-        if name == "as_index" or name in _INTEGER_OPS and all(self._integral(a) for a in node.args):
+        if name == "as_index" or self._integer(node):
             self.integers.add(node)
             return _INTEGER_OPS[name].format(*(self._address(a, reg) for a in node.args))
         return node.op.numba.format(*args)
+
+    def _integer(self, node: Expr) -> bool:
+        """Whether ``node`` is computed in integers: an integer op of integral arguments, a remainder or
+        quotient only by what is never 0 (``1 % j`` at j = 0 is nan, as NumPy's floats give)."""
+        if node.op.name not in _INTEGER_OPS or not all(self._integral(a) for a in node.args):
+            return False
+        if node.op.name not in ("mod", "floor_divide"):
+            return True
+        try:
+            lo, hi = value_range(node.args[1])
+        except (TypeError, OverflowError):
+            return False
+        return lo > 0 or hi < 0
 
     def _integral(self, a: Expr) -> bool:
         """Index arithmetic: index symbols, integer constants, loads from tables, and integer ops of them."""
@@ -445,53 +459,140 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     for i in indices:
         region = _Region(region, region.bound | {i}, {**region.loops, i: emitter.fresh("i")})
         levels.append(region)
-    inner, loops = region, region.loops
-    bodies = []
-    for node in group:
-        k = node.payload[1] if node.op.name == "scatter" else 0
-        own = node.args[1 + k:]
-        body = substitute_indices(node.args[0], dict(zip(own, indices)))
-        bodies.append(body)
-        value = emitter.value(body, inner)
-        if node.op.name in REDUCTIONS:  # a scalar reduction riding along: its accumulator
-            acc = emitter.fresh("a")
-            top.lines.append(f"{acc} = {_START[node.op.name]}")
-            inner.lines.append(f"{acc} = {_COMBINE[node.op.name].format(acc, value)}")
-            top.names[node] = acc
-        elif node.op.name == "tensor":
-            inner.lines.append(f"{buffers[node]}[{', '.join(loops[i] for i in indices)}] = {value}")
-        else:
-            renamed = [substitute_indices(a, dict(zip(own, indices))) for a in node.args[1:1 + k]]
-            addresses = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
-                                  for a in renamed)
-            inner.lines.append(f"{buffers[node]}[{addresses}] += {value}")
+    renamed = [_renamed(node, indices) for node in group]
+    accumulators: dict[Expr, str] = {}
+    _fill(group, renamed, indices, region, buffers, emitter, top, accumulators)
     if len(indices) == 1:  # the iterations where every guarded read is inside its array, apart
-        for lo, hi in _partition(indices[0], bodies):
-            top.lines.append(f"for {loops[indices[0]]} in range({lo}, {hi}):")
-            top.lines += ["    " + line for line in levels[0].lines]
+        i = indices[0]
+        ranges = _partition(i, [b for b, _ in renamed])
+        main = max(ranges, key=lambda r: r[1] - r[0]) if len(ranges) > 1 else None
+        for lo, hi in ranges:  # (the main loop specialised to its range; the few others as they are)
+            special = _within(renamed, i, lo, hi) if (lo, hi) == main else None
+            if special is None:
+                top.lines.append(f"for {levels[0].loops[i]} in range({lo}, {hi}):")
+                top.lines += ["    " + line for line in levels[0].lines]
+                continue
+            j, found = special  # the bodies with i = j + lo, the conditions on i this range decides decided
+            inner = _Region(top, frozenset({j}), {j: emitter.fresh("i")})
+            _fill(group, found, (j,), inner, buffers, emitter, top, accumulators, f" + {lo}")
+            top.lines.append(f"for {inner.loops[j]} in range({hi - lo}):")
+            top.lines += ["    " + line for line in inner.lines]
         return
     for depth, (i, level) in enumerate(zip(indices, levels)):
-        top.lines.append("    " * depth + f"for {loops[i]} in range({i.payload[1]}):")
+        top.lines.append("    " * depth + f"for {level.loops[i]} in range({i.payload[1]}):")
         top.lines += ["    " * (depth + 1) + line for line in level.lines]
 
 
+def _renamed(node: Expr, indices: tuple) -> tuple[Expr, list[Expr]]:
+    """``node``'s body and (a scatter's) addresses over ``indices`` instead of its own."""
+    k = node.payload[1] if node.op.name == "scatter" else 0
+    own = dict(zip(node.args[1 + k:], indices))
+    return substitute_indices(node.args[0], own), [substitute_indices(a, own) for a in node.args[1:1 + k]]
+
+
+def _fill(group: list[Expr], renamed: list, indices: tuple, inner: _Region, buffers: dict, emitter: _Emitter,
+          top: _Region, accumulators: dict, shift: str = "") -> None:
+    """The lines of a nest's innermost loop (in ``inner``): each tensor's element stored, each scatter's
+    added, each reduction riding along accumulated (``accumulators``: their names, made once)."""
+    for node, (body, addresses) in zip(group, renamed):
+        value = emitter.value(body, inner)
+        if node.op.name in REDUCTIONS:  # a scalar reduction riding along: its accumulator
+            if node not in accumulators:
+                accumulators[node] = top.names[node] = emitter.fresh("a")
+                top.lines.append(f"{accumulators[node]} = {_START[node.op.name]}")
+            acc = accumulators[node]
+            inner.lines.append(f"{acc} = {_COMBINE[node.op.name].format(acc, value)}")
+        elif node.op.name == "tensor":
+            inner.lines.append(f"{buffers[node]}[{', '.join(inner.loops[i] + shift for i in indices)}] = {value}")
+        else:
+            at = ", ".join(emitter._address(a, inner) if a.op.name == "const" else emitter.value(a, inner)
+                           for a in addresses)
+            inner.lines.append(f"{buffers[node]}[{at}] += {value}")
+
+
+def _within(renamed: list, i: Expr, lo: int, hi: int) -> tuple[Expr, list] | None:
+    """The bodies (and addresses) over ``lo <= i < hi`` as functions of a new index ``j`` (i = j + lo),
+    with the comparisons of ``i`` that range decides folded (``where(i < 1, a, b)`` is ``b`` past the
+    first iteration: the read ``a`` needs, guarded, is gone); None where none is decided."""
+    j = index(f"{i.payload[0].split('#')[0]}#{lo}", hi - lo)
+    shift = {i: j + lo}
+    found = [(_decided(substitute_indices(b, shift)), [substitute_indices(a, shift) for a in addresses])
+             for b, addresses in renamed]
+    plain = [(substitute_indices(b, shift), _) for b, _ in renamed]
+    return None if all(f[0] is p[0] for f, p in zip(found, plain)) else (j, found)
+
+
+def _decided(e: Expr) -> Expr:
+    """``e`` with each comparison of index arithmetic whose sides' ranges settle it as 1 or 0."""
+    new: dict[Expr, Expr] = {}
+    for node in topo_order([e], _ARRAYS):  # (the arrays it reads are computed elsewhere, as they are)
+        args = tuple(new.get(a, a) for a in node.args)
+        if node.op.name in _SETTLED:
+            try:
+                (a_lo, a_hi), (b_lo, b_hi) = value_range(args[0]), value_range(args[1])
+            except (TypeError, OverflowError):  # (not index arithmetic)
+                a_lo = None
+            if a_lo is not None and (value := _SETTLED[node.op.name](a_lo, a_hi, b_lo, b_hi)) is not None:
+                new[node] = const(float(value))
+                continue
+        if any(a is not b for a, b in zip(args, node.args)):
+            new[node] = apply(node.op, args, node.payload)
+    return new.get(e, e)
+
+
+def _index_form(a: Expr) -> tuple | None:
+    """``a`` as affine's (coefficients, constant) where it is index arithmetic (a comparison may
+    compare values: ``x[i] < 0.5``), else None."""
+    try:
+        value_range(a)
+    except (TypeError, OverflowError):
+        return None
+    return affine(a)
+
+
+class _Arrays:
+    """Array-valued nodes, as topo_order's ``known``: a walk of a loop's body stops at the arrays it reads."""
+
+    def __contains__(self, node: Expr) -> bool:
+        return node.op.array_valued
+
+
+_ARRAYS = _Arrays()
+_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # k op (i + c) is (i + c) flipped k
+# A comparison's value where the ranges of its sides settle it: a_lo, a_hi, b_lo, b_hi -> 1, 0 or None.
+_SETTLED = {
+    "lt": lambda al, ah, bl, bh: 1 if ah < bl else 0 if al >= bh else None,
+    "le": lambda al, ah, bl, bh: 1 if ah <= bl else 0 if al > bh else None,
+    "gt": lambda al, ah, bl, bh: 1 if al > bh else 0 if ah <= bl else None,
+    "ge": lambda al, ah, bl, bh: 1 if al >= bh else 0 if ah < bl else None,
+}
+
+
 def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
-    """The ranges a one-dimensional loop over ``i`` runs in: the iterations where every guarded read
-    at ``i + c`` is inside its array (``x[i - 1]``, ``x[i + 1]``: all but the first and the last)
-    apart from the others, so that in the main loop the guards hold by its range (LLVM removes
-    them and vectorises, where otherwise it peels iterations off: LLVM 22 can abort doing that).
-    One range when there is nothing to split."""
+    """The ranges a one-dimensional loop over ``i`` runs in: the longest run of iterations between
+    the points where a guarded read at ``i + c`` enters or leaves its array (``x[i - 1]``,
+    ``x[i + 1]``: all but the first and the last) or a comparison of ``i + c`` with a constant
+    flips, apart from the iterations before and after it. In the main loop the guards hold by
+    its range (LLVM removes them and vectorises, where otherwise it peels iterations off: LLVM 22
+    can abort doing that), and the comparisons it settles are folded (_within). One range when
+    there is nothing to split."""
     n = i.payload[1]
-    lo, hi = 0, n  # the main loop: lo .. hi - 1
-    for node in topo_order(bodies):
-        if node.op.name != "load" or node.payload != "guarded":
-            continue
-        for a, size in zip(node.args[1:], node.args[0].shape):
-            form = affine(a)
-            if form is not None and len(form[0]) == 1 and form[0].get(i) == 1:
-                lo, hi = max(lo, -form[1]), min(hi, size - form[1])
-    if (lo, hi) == (0, n) or not 0 <= lo < hi <= n:
-        return [(0, n)]
+    cuts = {0, n}
+    for node in topo_order(bodies, _ARRAYS):
+        if node.op.name == "load" and node.payload == "guarded":
+            for a, size in zip(node.args[1:], node.args[0].shape):
+                form = affine(a)
+                if form is not None and len(form[0]) == 1 and form[0].get(i) == 1:
+                    cuts |= {-form[1], size - form[1]}
+        elif node.op.name in _SETTLED:
+            forms = [_index_form(a) for a in node.args]
+            if all(f is not None for f in forms) and [len(f[0]) for f in forms] in ([1, 0], [0, 1]):
+                op = node.op.name if forms[0][0] else _FLIPPED[node.op.name]  # as (i + c) op k
+                form, other = forms if forms[0][0] else forms[::-1]
+                if form[0].get(i) == 1:  # true for i < k - c (lt), i <= k - c (le), ...: flips at
+                    cuts.add(other[1] - form[1] + (op in ("le", "gt")))
+    cuts = sorted(c for c in cuts if 0 <= c <= n)
+    lo, hi = max(zip(cuts, cuts[1:]), key=lambda r: r[1] - r[0])
     return [(a, b) for a, b in ((0, lo), (lo, hi), (hi, n)) if a < b]
 
 
