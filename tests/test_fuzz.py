@@ -507,3 +507,15 @@ def test_a_hessian_of_cancelling_terms_is_compared_at_its_own_noise(monkeypatch)
     monkeypatch.setattr(sg, "hvp", lambda *a, **k: (lambda g: lambda *b: g(*b) + 1e-6)(hvp(*a, **k)))
     found, _ = fuzz.check(smooth, backends=("python",), extras=("hessian",))
     assert ("hessian:python", "hessian @ v", "wrong") in [d.key for d in found]
+
+
+def test_vmap_rows_are_compared_at_the_batchs_own_noise(monkeypatch):
+    """The vmap extra's rows 1 and 2 are new inputs: compared at 1e-9 with no noise estimate, a soak's
+    ill-conditioned program (sin of squares near 4e9 of a batch summing in another order) was reported.
+    The batch's own noise is the floor now; a planted error is still found."""
+    p = _program("def f(x):\n    return np.sum(np.tanh(x) * np.roll(x, 1))\n")
+    assert fuzz.check(p, backends=("python",), extras=("vmap",)) == ([], "ok")
+    vmap = sg.vmap
+    monkeypatch.setattr(sg, "vmap", lambda *a, **k: (lambda g: lambda X: g(X) * (1 + 1e-6))(vmap(*a, **k)))
+    found, _ = fuzz.check(p, backends=("python",), extras=("vmap",))
+    assert any(d.key[0] == "vmap:python" and d.kind == "wrong" for d in found), _report(found)
