@@ -516,10 +516,11 @@ def _within(renamed: list, i: Expr, lo: int, hi: int) -> tuple[Expr, list] | Non
     first iteration: the read ``a`` needs, guarded, is gone); None where none is decided."""
     j = index(f"{i.payload[0].split('#')[0]}#{lo}", hi - lo)
     shift = {i: j + lo}
-    found = [(_decided(substitute_indices(b, shift)), [substitute_indices(a, shift) for a in addresses])
-             for b, addresses in renamed]
-    plain = [(substitute_indices(b, shift), _) for b, _ in renamed]
-    return None if all(f[0] is p[0] for f, p in zip(found, plain)) else (j, found)
+    shifted = [substitute_indices(b, shift) for b, _ in renamed]
+    found = [_decided(b) for b in shifted]
+    if all(f is b for f, b in zip(found, shifted)):
+        return None
+    return j, [(f, [substitute_indices(a, shift) for a in addresses]) for f, (_, addresses) in zip(found, renamed)]
 
 
 def _decided(e: Expr) -> Expr:

@@ -69,9 +69,10 @@ def split(lines: list[str], integers: set[str], size: int | None = None) -> tupl
         if sum(map(len, chunks[-1])) >= size:
             chunks.append([])
         chunks[-1].append(statement)
-    views: dict[str, str] = {}  # an array's name -> the top-level line making it
+    views: dict[str, tuple[int, str]] = {}  # an array's name -> (its place, the top-level line making it)
     last: dict[str, int] = {}  # a scalar -> the last chunk assigning it
     used = [set(_NAME.findall("\n".join(line for s in chunk for line in s))) for chunk in chunks]
+    last_use = {name: k for k, names in enumerate(used) for name in names}  # the last chunk using each name
     slots: dict[str, int] = {}
     counts = {"sc": 0, "si": 0}
     pieces = []
@@ -80,14 +81,15 @@ def split(lines: list[str], integers: set[str], size: int | None = None) -> tupl
         for name in sorted(n for n in used[k] if n[0] not in _ARRAYS and n in last):
             loads.append(f"{name} = {_slot(name, integers, slots, counts)}")
         body = [line for s in chunk for line in s]
+        here: list[str] = []  # the scalars this chunk assigns that earlier ones may have (in order)
         for line in body:  # (a scalar first assigned inside a loop is that loop's own)
             m, top = _ASSIGNED.match(line), not line.startswith(" ")
             if m and m[1][0] in _ARRAYS and top:
-                views[m[1]] = line
+                views[m[1]] = (len(views), line)
             elif m and m[1][0] not in _ARRAYS and (top or m[1] in last):
                 last[m[1]] = k
-        later = set().union(*used[k + 1:])
-        spills = [f"{_slot(n, integers, slots, counts)} = {n}" for n in sorted(later) if last.get(n) == k]
+                here.append(m[1])
+        spills = [f"{_slot(n, integers, slots, counts)} = {n}" for n in dict.fromkeys(here) if last_use[n] > k]
         if not body[-1].startswith("return "):
             body = body + spills + ["return 0.0"]
         pieces.append(head + loads + body)
@@ -102,15 +104,16 @@ def _slot(name: str, integers: set[str], slots: dict, counts: dict) -> str:
     return f"{memory}[{slots[name]}]"
 
 
-def _views(names: set[str], views: dict[str, str]) -> list[str]:
-    """The lines making the arrays ``names`` that earlier pieces made, and the arrays those read, in order."""
+def _views(names: set[str], views: dict[str, tuple[int, str]]) -> list[str]:
+    """The lines making the arrays ``names`` that earlier pieces made, and the arrays those read, in order
+    (``views``: an array's name -> (its place among them, the top-level line making it))."""
     needed, stack = set(), [n for n in names if n in views]
     while stack:
         name = stack.pop()
         if name not in needed:
             needed.add(name)
-            stack += [n for n in _NAME.findall(views[name].split(" = ", 1)[1]) if n in views]
-    return [line for name, line in views.items() if name in needed]
+            stack += [n for n in _NAME.findall(views[name][1].split(" = ", 1)[1]) if n in views]
+    return [line for _, line in sorted(views[name] for name in needed)]
 
 
 @contextmanager
