@@ -528,12 +528,13 @@ def _decided(e: Expr) -> Expr:
     new: dict[Expr, Expr] = {}
     for node in topo_order([e], _ARRAYS):  # (the arrays it reads are computed elsewhere, as they are)
         args = tuple(new.get(a, a) for a in node.args)
-        if node.op.name in _SETTLED:
+        if node.op.name in _ORDERINGS:
             try:
                 (a_lo, a_hi), (b_lo, b_hi) = value_range(args[0]), value_range(args[1])
             except (TypeError, OverflowError):  # (not index arithmetic)
                 a_lo = None
-            if a_lo is not None and (value := _SETTLED[node.op.name](a_lo, a_hi, b_lo, b_hi)) is not None:
+            # an ordering of a and b is settled where it holds alike at a - b's extremes
+            if a_lo is not None and (value := node.op.impl(a_lo, b_hi)) == node.op.impl(a_hi, b_lo):
                 new[node] = const(float(value))
                 continue
         if any(a is not b for a, b in zip(args, node.args)):
@@ -560,13 +561,7 @@ class _Arrays:
 
 _ARRAYS = _Arrays()
 _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # k op (i + c) is (i + c) flipped k
-# A comparison's value where the ranges of its sides settle it: a_lo, a_hi, b_lo, b_hi -> 1, 0 or None.
-_SETTLED = {
-    "lt": lambda al, ah, bl, bh: 1 if ah < bl else 0 if al >= bh else None,
-    "le": lambda al, ah, bl, bh: 1 if ah <= bl else 0 if al > bh else None,
-    "gt": lambda al, ah, bl, bh: 1 if al > bh else 0 if ah <= bl else None,
-    "ge": lambda al, ah, bl, bh: 1 if al >= bh else 0 if ah < bl else None,
-}
+_ORDERINGS = frozenset(_FLIPPED)  # comparisons monotone in a - b: settled by its range's ends
 
 
 def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
@@ -585,7 +580,7 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
                 form = affine(a)
                 if form is not None and len(form[0]) == 1 and form[0].get(i) == 1:
                     cuts |= {-form[1], size - form[1]}
-        elif node.op.name in _SETTLED:
+        elif node.op.name in _ORDERINGS:
             forms = [_index_form(a) for a in node.args]
             if all(f is not None for f in forms) and [len(f[0]) for f in forms] in ([1, 0], [0, 1]):
                 op = node.op.name if forms[0][0] else _FLIPPED[node.op.name]  # as (i + c) op k
