@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from symgrad.compile.plan import REDUCTIONS, loop_body, plan, scalar_graph
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import costly, tensor, value_range
-from symgrad.expr.traverse import topo_order
+from symgrad.expr.traverse import terms, topo_order, total
 
 
 class ScheduleError(RuntimeError):
@@ -228,19 +228,19 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
     accumulating, hidden = {}, set()
     for t in order:
         if t.op.name == "tensor" and t not in products:
-            terms = _terms(t.args[0])
-            added = [m for m in terms if m.op.name == "load" and m.args[0].op.name == "scatter"
+            summed = terms(t.args[0])
+            added = [m for m in summed if m.op.name == "load" and m.args[0].op.name == "scatter"
                      and m.payload is None and len(m.args) == len(t.args)  # (read at all its indices,
                      and all(a is b for a, b in zip(m.args[1:], t.args[1:]))  # each entry: t[:1] of a
                      and m.args[0].shape == t.shape  # scatter of 8 is not the scatter adding into t)
                      and uses[m.args[0]] == uses[m] == 1 and m.args[0] not in kept]
             while True:  # a scatter the other terms read too (abs's partial: where(w == 0, 0, -sign(w)*adj))
-                rest = [m for m in terms if all(m is not a for a in added)]  # keeps a buffer of its own
-                read = {n.args[0] for n in scalar_graph(_sum(rest)) if n.op.name == "load"} if rest else set()
+                rest = [m for m in summed if all(m is not a for a in added)]  # keeps a buffer of its own
+                read = {n.args[0] for n in scalar_graph(total(rest)) if n.op.name == "load"} if rest else set()
                 if not any(m.args[0] in read for m in added):
                     break
                 added = [m for m in added if m.args[0] not in read]
-            rest = tensor(_sum(rest), *t.args[1:]) if rest and added else None
+            rest = tensor(total(rest), *t.args[1:]) if rest and added else None
             if added and rest not in present:  # (else the rest is an array others read: it keeps its buffer)
                 accumulating[t] = [rest, *(m.args[0] for m in added)]
                 hidden.update(m.args[0] for m in added)
@@ -263,25 +263,6 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
             home = len(units) - 1
         unit_of[node] = home
     return units
-
-
-def _terms(e: Expr) -> list[Expr]:
-    """The terms of a sum ``a + b + ...``."""
-    out, stack = [], [e]
-    while stack:
-        node = stack.pop()
-        if node.op.name == "add":
-            stack += node.args
-        else:
-            out.append(node)
-    return out
-
-
-def _sum(terms: list[Expr]) -> Expr:
-    total = terms[0]
-    for t in terms[1:]:
-        total = total + t
-    return total
 
 
 def _nests(scatters: list[Expr]) -> list[list[Expr]]:

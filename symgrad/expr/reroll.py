@@ -17,7 +17,7 @@ from typing import Any
 
 from symgrad.expr import rolled
 from symgrad.expr.node import Expr
-from symgrad.expr.traverse import substitute, topo_order
+from symgrad.expr.traverse import substitute, terms, topo_order, total
 
 MIN_TERMS = 64  # a family of alike terms this long is rolled (shorter ones run as fast straight-line)
 _ENTRY = re.compile(r"(.+)\[(\d+)\]\Z")
@@ -70,13 +70,13 @@ def reroll(f: Expr, inputs: list[Expr]) -> tuple[Expr, list[Expr]] | None:
     new, where = arrays(inputs)
     if not where:
         return None
-    terms = _terms(f)
-    if len(terms) < MIN_TERMS:
+    parts_of_f = terms(f, signed=True)
+    if len(parts_of_f) < MIN_TERMS:
         return None
     families: dict[int, list[tuple[int, Expr]]] = {}  # a term's shape (see _canonical) -> (base, term)
     seen: tuple[dict, dict] = ({}, {})
     budget = _WORK * len(topo_order([f]))
-    for term in terms:
+    for term in parts_of_f:
         order = topo_order([term])
         budget -= len(order)
         if budget < 0:
@@ -94,22 +94,7 @@ def reroll(f: Expr, inputs: list[Expr]) -> tuple[Expr, list[Expr]] | None:
                 parts.append(_entries(run, where))
     if not rolls:
         return None
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total, new
-
-
-def _terms(f: Expr) -> list[Expr]:
-    """The terms of the sum ``f`` (its tree of additions), in order."""
-    out, stack = [], [f]
-    while stack:
-        node = stack.pop()
-        if node.op.name == "add":
-            stack += reversed(node.args)
-        else:
-            out.append(node)
-    return out
+    return total(parts), new
 
 
 def _canonical(order: list[Expr], base: int, where: dict, seen: tuple[dict, dict]) -> int:

@@ -183,3 +183,38 @@ def structural_hash(exprs: Any) -> str:
         h.update(f"{name}|{key}|{args};".encode())
     h.update(repr(outputs).encode())
     return h.hexdigest()
+
+
+def terms(e: Expr, signed: bool = False) -> list[Expr]:
+    """The terms of a sum ``a + b + ...`` (its tree of additions); ``signed``: of subtractions too,
+    ``a - b`` giving ``a`` and ``-b`` (a sum of negated terms is built as a chain of subtractions).
+
+    >>> import symgrad as sg
+    >>> x, y, z = sg.symbols("x y z")
+    >>> sorted(map(str, terms(x + y * z + sg.sin(x)))), sorted(map(str, terms(-x - y, signed=True)))
+    (['sin(x)', 'x', 'y*z'], ['-x', '-y'])
+    """
+    out, stack = [], [e]
+    while stack:
+        node = stack.pop()
+        if node.op.name == "add":
+            stack += node.args
+        elif signed and node.op.name == "sub":
+            stack += [node.args[0], apply(OPS["neg"], (node.args[1],))]
+        else:
+            out.append(node)
+    return out
+
+
+def total(parts: list[Expr]) -> Expr:
+    """``parts[0] + parts[1] + ...``, added in that order.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> total([x, y, x])
+    x + y + x
+    """
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
