@@ -307,3 +307,28 @@ def test_hessian_of_a_scan_read_through_a_table_and_at_one_row(monkeypatch):
     element = sg.hessian(f, backend="python")(x)
     for H in (*got, element):
         np.testing.assert_allclose(H, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
+def test_adjoints_of_arrays_read_whole_ride_in_the_reverse_carry_unless_large(monkeypatch):
+    """The adjoints of the arrays a step reads whole are summed step by step in the reverse scan's
+    carry (JAX's transpose of a scan), where they add at most ``CARRIED`` times the carry's size;
+    larger ones (and all, with CARRIED = 0) are one sweep over every step after it. Both ways
+    agree, with finite differences too."""
+    from symgrad.expr import scans
+
+    theta, xs, ys = data()
+
+    def reverse_carry(vg):
+        found = [n for n in sg.expr.traverse.topo_order(list(vg.compiled.program.roots)) if n.op.name == "scan"]
+        return max(n.shape[1] for n in found if n.payload[1])
+
+    carried = sg.value_and_grad(rnn_loss, backend="vm")
+    got = carried(theta, xs, ys)
+    assert reverse_carry(carried) == 6 + 9 + 3 + 3 + 3  # h (2 x 3), then W, u, b, v
+    monkeypatch.setattr(scans, "CARRIED", 0)
+    swept = sg.value_and_grad(rnn_loss, backend="vm")
+    want = swept(theta, xs, ys)
+    assert reverse_carry(swept) == 6
+    assert got[0] == want[0]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got[1], numeric_grad(rnn_loss, theta, xs, ys), rtol=1e-6, atol=1e-8)

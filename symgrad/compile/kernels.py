@@ -10,10 +10,12 @@ backend made them, so a new backend (LLVM) is one ``register`` call, not a branc
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from numba import types
 
 _V, _M = types.float64[::1], types.float64[:, ::1]
@@ -69,3 +71,35 @@ def make_kernels(kind: str, program: Any, backend: str, roots: Any = None) -> Ke
     if backend not in REGISTRY[kind]:
         raise ValueError(f"backend {backend!r} does not run {kind} programs; use one of {sorted(REGISTRY[kind])}")
     return REGISTRY[kind][backend].make(program, roots)
+
+
+# Workspaces this large are allocated by Python, not inside the kernel: Numba's allocator takes
+# them from the OS on every call (glibc maps blocks over 32 MB afresh), paying a page fault per
+# 4 KiB page (an ODE gradient's 48 MB: 20 ms of a 32 ms call), where a spare one is kept per thread.
+OWN_WORK = 1 << 20  # floats
+SPARE_MAX = 1 << 26  # floats: the largest spare a thread keeps
+_spare = threading.local()
+
+
+def take(size: int) -> np.ndarray:
+    """A workspace of at least ``size`` floats for one call: the thread's spare (none is shared by
+    two calls at once), or a new one.
+
+    >>> work = take(10); len(work) >= 10
+    True
+    >>> give(work); take(10) is work
+    True
+    """
+    work = getattr(_spare, "work", None)
+    if work is None or len(work) < size:
+        return np.empty(size)
+    _spare.work = None
+    return work
+
+
+def give(work: np.ndarray) -> None:
+    """Hand back a workspace ``take`` gave: kept as the thread's spare (the larger one, up to
+    ``SPARE_MAX`` floats)."""
+    spare = getattr(_spare, "work", None)
+    if len(work) <= SPARE_MAX and (spare is None or len(spare) < len(work)):
+        _spare.work = work

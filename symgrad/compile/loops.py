@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 from numba import types
+from numba.core.registry import CPUDispatcher as Dispatcher
 
-from symgrad.compile import cache, fastmath, pieces, special
+from symgrad.compile import cache, fastmath, kernels, pieces, special
 from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
@@ -254,32 +255,50 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     body = _library_where_scalar(lines + top.lines + [f"return {ret}"])
     nx, np_ = len(Layout(inputs)), len(Layout(params))
     sizes = f"x.shape[0] != {nx} or p.shape[0] != {np_} or out.shape[0] != {offset}"
-    checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n    work = np.empty(WORK)\n"
+    checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n"
     header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n{special.IMPORT}\n\n"
     entries = _ENTRIES.format(nx=nx, np=np_, nout=offset)
     text = (header + "".join(h + "\n" for h in head) +
             f"WORK = {filler.work}  # floats of workspace its temporary arrays take\n")
-    if len(body) > pieces.SPLIT_LINES:
-        return text + _split_kernel(body, emitter.integer_names, checks) + entries.replace(_JIT, "")
-    body_text = _indented(body)
-    return (text + f"\n\n{_JIT}def kernel(x, p, out, work):\n{body_text}\n"
-            f"\n\n{_JIT}def point(x, p, out):\n{checks}{body_text}\n" + entries)
+    split = len(body) > pieces.SPLIT_LINES
+    if split:
+        text += _split_kernel(body, emitter.integer_names)
+    else:
+        text += f"\n\n{_JIT}def kernel(x, p, out, work):\n{_indented(body)}\n"
+    if split or filler.work >= kernels.OWN_WORK:  # a workspace from Python (see kernels.take)
+        return text + _OWN_POINT.format(checks=checks) + (entries.replace(_JIT, "") if split else entries)
+    point = f"\n\n{_JIT}def point(x, p, out):\n{checks}    work = np.empty(WORK)\n{_indented(body)}\n"
+    return text + point + entries
 
 
 def _indented(lines: list[str]) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def _split_kernel(body: list[str], integers: set[str], checks: str) -> str:
-    """The kernel as Numba pieces (see symgrad.compile.pieces) that plain Python functions call in turn."""
+def _split_kernel(body: list[str], integers: set[str]) -> str:
+    """The kernel as Numba pieces (see symgrad.compile.pieces) that a plain Python function calls in turn."""
     parts, floats, ints = pieces.split(body, integers)
-    defs = "".join(f"\n\n@numba.njit(nogil=True, error_model='numpy')\ndef piece{k}(x, p, out, work, sc, si):\n"
-                   f"{_indented(part)}\n" for k, part in enumerate(parts))
+    defs = "".join(f"\n\n{_JIT}def piece{k}(x, p, out, work, sc, si):\n{_indented(part)}\n"
+                   for k, part in enumerate(parts))
     calls = "".join(f"    piece{k}(x, p, out, work, sc, si)\n" for k in range(len(parts) - 1))
-    kernel = (f"\n\nPIECES = {len(parts)}\n\n\ndef kernel(x, p, out, work):\n"
-              f"    sc, si = np.empty({floats}), np.empty({ints}, dtype=np.int64)\n{calls}"
-              f"    return piece{len(parts) - 1}(x, p, out, work, sc, si)\n")
-    return defs + kernel + f"\n\ndef point(x, p, out):\n{checks}    return kernel(x, p, out, work)\n"
+    return (defs + f"\n\nPIECES = {len(parts)}\n\n\ndef kernel(x, p, out, work):\n"
+            f"    sc, si = np.empty({floats}), np.empty({ints}, dtype=np.int64)\n{calls}"
+            f"    return piece{len(parts) - 1}(x, p, out, work, sc, si)\n")
+
+
+# ``point`` of a kernel with a large workspace (or split): plain Python, the workspace from kernels.take.
+_OWN_POINT = """
+
+from symgrad.compile.kernels import give, take  # noqa: E402
+
+
+def point(x, p, out):
+{checks}    work = take(WORK)
+    try:
+        return kernel(x, p, out, work)
+    finally:
+        give(work)
+"""
 
 
 class _Filler:
@@ -358,7 +377,13 @@ class _Filler:
         elif f"{buffers[result]} = {full}[{after}]" not in body.lines:
             raise ScheduleError(f"the loops of {str(node)[:80]} do not write its rows (its step fills "
                                 f"{buffers[result]})")
-        top.lines.append(f"for {t} in range({length - 1}, -1, -1):" if reverse else f"for {t} in range({length}):")
+        if reverse:  # counted up, the step read through a max LLVM cannot see through: over a loop
+            # counting down, LLVM 14 hoists the step loops' alias checks out of it, they fail, and the
+            # loops run unvectorised (an ODE's gradient: 4.1 ms where 0.55)
+            k = emitter.fresh("i")
+            top.lines += [f"for {k} in range({length}):", f"    {t} = max({length - 1} - {k}, -work.shape[0])"]
+        else:
+            top.lines.append(f"for {t} in range({length}):")
         top.lines += ["    " + line for line in body.lines]
 
 
@@ -464,11 +489,9 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     _fill(group, renamed, indices, region, buffers, emitter, top, accumulators)
     if len(indices) == 1:  # the iterations where every guarded read is inside its array, apart
         i = indices[0]
-        ranges = _partition(i, [b for b, _ in renamed])
-        main = max(ranges, key=lambda r: r[1] - r[0]) if len(ranges) > 1 else None
-        for lo, hi in ranges:  # (the main loop specialised to its range; the few others as they are)
-            special = _within(renamed, i, lo, hi) if (lo, hi) == main else None
-            if special is None:
+        for lo, hi, alone in _partition(i, [b for b, _ in renamed]):
+            special = _within(renamed, i, lo, hi) if alone else None
+            if special is None:  # (the few iterations between runs: as they are)
                 top.lines.append(f"for {levels[0].loops[i]} in range({lo}, {hi}):")
                 top.lines += ["    " + line for line in levels[0].lines]
                 continue
@@ -564,14 +587,15 @@ _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # k op (i + c) is (
 _ORDERINGS = frozenset(_FLIPPED)  # comparisons monotone in a - b: settled by its range's ends
 
 
-def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
-    """The ranges a one-dimensional loop over ``i`` runs in: the longest run of iterations between
-    the points where a guarded read at ``i + c`` enters or leaves its array (``x[i - 1]``,
-    ``x[i + 1]``: all but the first and the last) or a comparison of ``i + c`` with a constant
-    flips, apart from the iterations before and after it. In the main loop the guards hold by
-    its range (LLVM removes them and vectorises, where otherwise it peels iterations off: LLVM 22
-    can abort doing that), and the comparisons it settles are folded (_within). One range when
-    there is nothing to split."""
+def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:
+    """The ranges a one-dimensional loop over ``i`` runs in, each with whether it is a run of its
+    own: the runs of iterations between the points where a guarded read at ``i + c`` enters or
+    leaves its array (``x[i - 1]``, ``x[i + 1]``: all but the first and the last) or a comparison of
+    ``i + c`` with a constant flips (a concatenation's parts), of at least ``RUN`` iterations (the
+    ``RUNS`` longest), apart from the iterations between them. In a run the guards hold by its
+    range (LLVM removes them and vectorises, where otherwise it peels iterations off: LLVM 22 can
+    abort doing that), and the comparisons it settles are folded (_within). One range when there
+    is nothing to split."""
     n = i.payload[1]
     cuts = {0, n}
     for node in topo_order(bodies, _ARRAYS):
@@ -588,8 +612,18 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int]]:
                 if form[0].get(i) == 1:  # true for i < k - c (lt), i <= k - c (le), ...: flips at
                     cuts.add(other[1] - form[1] + (op in ("le", "gt")))
     cuts = sorted(c for c in cuts if 0 <= c <= n)
-    lo, hi = max(zip(cuts, cuts[1:]), key=lambda r: r[1] - r[0])
-    return [(a, b) for a, b in ((0, lo), (lo, hi), (hi, n)) if a < b]
+    if len(cuts) == 2:
+        return [(0, n, False)]
+    runs = sorted((r for r in zip(cuts, cuts[1:]) if r[1] - r[0] >= RUN), key=lambda r: r[0] - r[1])[:RUNS]
+    runs = sorted(runs or [max(zip(cuts, cuts[1:]), key=lambda r: r[1] - r[0])])
+    ranges, at = [], 0
+    for lo, hi in runs:
+        ranges += [(at, lo, False)] * (at < lo) + [(lo, hi, True)]
+        at = hi
+    return ranges + [(at, n, False)] * (at < n)
+
+
+RUN, RUNS = 16, 8  # (each run is a copy of the loop's body: a concatenation of parts has one a part)
 
 
 class Layout(Sequence):
@@ -808,6 +842,9 @@ def numba_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
 
     def kernel(variant: str) -> Any:
         if not hasattr(module, "PIECES"):
+            if variant == "point" and not isinstance(module.point, Dispatcher):  # its workspace from Python
+                cache.typed(module, "kernel", _KERNEL)
+                return module.point
             return cache.typed(module, variant, SIGNATURES[variant])
         for piece in _compiled_functions(module):  # a split kernel: plain Python calling its pieces
             cache.typed(module, piece, _PIECE)
@@ -817,6 +854,7 @@ def numba_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
 
 
 _PIECE = (*(types.float64[::1],) * 5, types.int64[::1])
+_KERNEL = (types.float64[::1],) * 4
 
 
 def numba_on_disk(program: LoopProgram) -> bool:
@@ -829,7 +867,9 @@ def numba_on_disk(program: LoopProgram) -> bool:
 
 
 def _compiled_functions(module: Any) -> list[str]:
-    return [f"piece{k}" for k in range(module.PIECES)] if hasattr(module, "PIECES") else ["point"]
+    if hasattr(module, "PIECES"):
+        return [f"piece{k}" for k in range(module.PIECES)]
+    return ["point"] if isinstance(module.point, Dispatcher) else ["kernel"]
 
 
 def _module_name(program: LoopProgram) -> str:

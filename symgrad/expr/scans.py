@@ -18,6 +18,7 @@ kind, so derivatives of derivatives (hvp: forward over reverse) need nothing mor
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from numbers import Real
 from typing import Any
@@ -399,30 +400,68 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     # A row or an array the step never reads has no adjoint (not zeros, which a nan partial would spoil).
     read = set(topo_order([step.body]))
     wanted = [wanted[0], *(w and p in read for w, p in zip(wanted[1:], (*step.xs, *step.consts)))]
+    carried = _carried(step, wanted[1 + len(step.xs):])
     g = placeholder(step.carry.shape)
-    back = grad(ndarrays.reduce("sum", g * step.body), step.carry)
+    back = grad(ndarrays.reduce("sum", g * step.body), [step.carry, *carried])
     before, after = _rows(node, reverse, after=False), _rows(node, reverse, after=True)
-    kc, a = placeholder(step.carry.shape), placeholder(step.carry.shape)
+    a = placeholder(step.carry.shape)
     rows = [(a, _rows(adjoint, reverse, after=False)), (step.carry, before), (step.body, after),
             *zip(step.xs, stacks)]
-    back = _bound(_reading(back, step.body, step.body), step, consts)
-    G = make(a + substitute(back, {g: kc}), kc, adjoint[0 if reverse else length], rows, [], not reverse)
-    out: list[Expr | None] = [G[length if reverse else 0] if wanted[0] else None]
-    if not any(wanted[1:]):
-        return out + [None] * (len(wanted) - 1)
-    # The rows' and consts' adjoints: one reverse sweep of every step at once (the step batched over
-    # t, weighted by the adjoint of each step's result), which sums over the steps as it goes.
+    back = [_bound(_reading(e, step.body, step.body), step, consts) for e in back]
+    shapes = [step.carry.shape, *(k.shape for k in carried)]
+    kc = placeholder((sum(math.prod(s) for s in shapes),))
+    parts = _unpacked(kc, shapes)
+    new = _flat([a + back[0], *(acc + e for acc, e in zip(parts[1:], back[1:]))], {g: parts[0]})
+    start = _flat([adjoint[0 if reverse else length], *(rolled.zeros_like(k) for k in carried)], {})
+    G = make(new, kc, start, rows, [], not reverse)
+    last = _unpacked(G[length if reverse else 0], shapes)
+    out: list[Expr | None] = [last[0] if wanted[0] else None]
+    summed = dict(zip(carried, last[1:]))
+    swept = [w and p not in summed for w, p in zip(wanted[1:], (*step.xs, *step.consts))]
+    if not any(swept):
+        return out + [summed.get(p) for p in (*step.xs, *step.consts)]
+    # The rest: one reverse sweep of every step at once (the step batched over t, weighted by the
+    # adjoint of each step's result), which sums over the steps as it goes.
     t = rolled.fresh_index(rolled.index("t", length))
     whole = [placeholder((length, *p.shape)) for p in step.xs]
     mapped = {step.carry: (before, 0), **{p: (w, 0) for p, w in zip(step.xs, whole)}}
     steps = batching.place(*batching.batch([step.body], mapped, t)[0], 0, length)
-    total = ndarrays.reduce("sum", _rows(G, reverse, after=True) * steps)
-    wrt = [p for p, want in zip((*whole, *step.consts), wanted[1:]) if want]
+    adjoints = _rows(G, reverse, after=True)[:, :math.prod(step.carry.shape)].reshape((length, *step.carry.shape))
+    total = ndarrays.reduce("sum", adjoints * steps)
+    wrt = [p for p, want in zip((*whole, *step.consts), swept) if want]
     found = iter(grad(total, wrt))
     inputs = {**dict(zip(whole, stacks)), **dict(zip(step.consts, consts))}
-    for want in wanted[1:]:
-        out.append(substitute(_reading(next(found), steps, after), inputs) if want else None)
+    for want, p in zip(swept, (*step.xs, *step.consts)):
+        out.append(substitute(_reading(next(found), steps, after), inputs) if want else summed.get(p))
     return out
+
+
+def _carried(step: Step, wanted: list[bool]) -> list[Expr]:
+    """The arrays read whole whose adjoints the reverse scan sums in its carry, step by step (as
+    JAX's transpose of a scan): those wanted, while they add at most ``CARRIED`` times the carry's
+    size to it (every carry is stored; a large matrix read by each step is summed by the sweep, one
+    product over the steps)."""
+    room, out = CARRIED * max(math.prod(step.carry.shape), 64), []
+    for k, want in zip(step.consts, wanted):
+        if want and math.prod(k.shape) <= room:
+            out.append(k)
+            room -= math.prod(k.shape)
+    return out
+
+
+CARRIED = 4
+
+
+def _unpacked(flat: Expr, shapes: list[tuple]) -> list[Expr]:
+    """The arrays of ``shapes`` packed one after another in the vector ``flat``."""
+    cuts = np.cumsum([0, *(math.prod(s) for s in shapes)]).tolist()
+    return [flat[a:b].reshape(s) for a, b, s in zip(cuts, cuts[1:], shapes)]
+
+
+def _flat(arrays: list[Expr], names: dict) -> Expr:
+    """``arrays`` (with ``names`` substituted) raveled into one vector."""
+    flat = [substitute(e, names).reshape(-1) for e in arrays]
+    return flat[0] if len(flat) == 1 else ndarrays.concatenate(flat)
 
 
 def _reading(e: Expr, body: Expr, values: Expr) -> Expr:
