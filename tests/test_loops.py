@@ -314,3 +314,26 @@ def test_a_large_workspace_comes_from_python_kept_per_thread(monkeypatch):
         alone = sg.value_and_grad(f, backend="vm")(w * (1 + k / 10), xs)
         for value, g in rows:
             assert value == pytest.approx(alone[0], rel=1e-13) and g == pytest.approx(alone[1], rel=1e-12)
+
+
+def test_a_stack_raveled_runs_each_layer_in_a_loop_of_its_own():
+    """``np.stack`` of three layers raveled is read through ``where(i // 14 < 1, ...)``: the floor
+    division's flips (i = 14, 28) cut the loop, each layer's run has the tests settled (an LSTM's carry
+    packed after each step)."""
+    import symgrad.numpy as jnp
+
+    def f(x):
+        return jnp.stack([jnp.sin(x[:14]), x[14:28] * 2.0, jnp.exp(x[28:42])]).ravel() + 1.0
+
+    x = np.random.default_rng(6).normal(size=70)
+    jf = sg.jit(f, backend="numba")
+    got = jf(x)
+    np.testing.assert_allclose(got, np.concatenate([np.sin(x[:14]), x[14:28] * 2.0, np.exp(x[28:42])]) + 1.0,
+                               rtol=1e-15)
+    lines = jf.compiled.source.split("def point")[0].splitlines()
+    runs = [k for k, line in enumerate(lines) if re.fullmatch(r"\s*for \w+ in range\(14\):", line)]
+    assert len(runs) == 3
+    for k in runs:
+        depth = len(lines[k]) - len(lines[k].lstrip())
+        body = "\n".join(itertools.takewhile(lambda b, d=depth: len(b) - len(b.lstrip()) > d, lines[k + 1:]))
+        assert "select" not in body and "min(max(" not in body

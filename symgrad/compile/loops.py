@@ -378,8 +378,8 @@ class _Filler:
             raise ScheduleError(f"the loops of {str(node)[:80]} do not write its rows (its step fills "
                                 f"{buffers[result]})")
         if reverse:  # counted up, the step read through a max LLVM cannot see through: over a loop
-            # counting down, LLVM 14 hoists the step loops' alias checks out of it, they fail, and the
-            # loops run unvectorised (an ODE's gradient: 4.1 ms where 0.55)
+            # counting down, LLVM (22) hoists the step loops' alias checks out of it, they fail, and
+            # the loops run unvectorised (an ODE's gradient: 4.1 ms where 0.55)
             k = emitter.fresh("i")
             top.lines += [f"for {k} in range({length}):", f"    {t} = max({length - 1} - {k}, -work.shape[0])"]
         else:
@@ -566,13 +566,18 @@ def _decided(e: Expr) -> Expr:
 
 
 def _index_form(a: Expr) -> tuple | None:
-    """``a`` as affine's (coefficients, constant) where it is index arithmetic (a comparison may
-    compare values: ``x[i] < 0.5``), else None."""
+    """``a`` as (affine's (coefficients, constant), d) where it is index arithmetic, an affine one
+    or one floor-divided by a positive constant d (``i // 14 < 3``: the layers of a stack), else
+    None (a comparison may compare values: ``x[i] < 0.5``)."""
     try:
         value_range(a)
     except (TypeError, OverflowError):
         return None
-    return affine(a)
+    divisor = 1
+    if a.op.name == "floor_divide" and a.args[1].op.name == "const" and a.args[1].payload > 0:
+        a, divisor = a.args[0], int(a.args[1].payload)
+    form = affine(a)
+    return None if form is None else (form, divisor)
 
 
 class _Arrays:
@@ -594,7 +599,7 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:
     ``i + c`` with a constant flips (a concatenation's parts), of at least ``RUN`` iterations (the
     ``RUNS`` longest), apart from the iterations between them. In a run the guards hold by its
     range (LLVM removes them and vectorises, where otherwise it peels iterations off: LLVM 22 can
-    abort doing that), and the comparisons it settles are folded (_within). One range when there
+    abort doing that), and the comparisons it settles are folded (_within). One run when there
     is nothing to split."""
     n = i.payload[1]
     cuts = {0, n}
@@ -606,14 +611,14 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:
                     cuts |= {-form[1], size - form[1]}
         elif node.op.name in _ORDERINGS:
             forms = [_index_form(a) for a in node.args]
-            if all(f is not None for f in forms) and [len(f[0]) for f in forms] in ([1, 0], [0, 1]):
-                op = node.op.name if forms[0][0] else _FLIPPED[node.op.name]  # as (i + c) op k
-                form, other = forms if forms[0][0] else forms[::-1]
-                if form[0].get(i) == 1:  # true for i < k - c (lt), i <= k - c (le), ...: flips at
-                    cuts.add(other[1] - form[1] + (op in ("le", "gt")))
+            if all(f is not None for f in forms) and [len(f[0][0]) for f in forms] in ([1, 0], [0, 1]):
+                op = node.op.name if forms[0][0][0] else _FLIPPED[node.op.name]  # as (i + c) // d op k
+                (form, divisor), ((_, k), _) = forms if forms[0][0][0] else forms[::-1]
+                if form[0].get(i) == 1:  # true for i < k*d - c (lt), i < (k + 1)*d - c (le), ...: flips at
+                    cuts.add((k + (op in ("le", "gt"))) * divisor - form[1])
     cuts = sorted(c for c in cuts if 0 <= c <= n)
-    if len(cuts) == 2:
-        return [(0, n, False)]
+    if len(cuts) == 2:  # (its comparisons may still be settled: gates[28:42] of a concatenation of four)
+        return [(0, n, True)]
     runs = sorted((r for r in zip(cuts, cuts[1:]) if r[1] - r[0] >= RUN), key=lambda r: r[0] - r[1])[:RUNS]
     runs = sorted(runs or [max(zip(cuts, cuts[1:]), key=lambda r: r[1] - r[0])])
     ranges, at = [], 0
@@ -623,7 +628,7 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:
     return ranges + [(at, n, False)] * (at < n)
 
 
-RUN, RUNS = 16, 8  # (each run is a copy of the loop's body: a concatenation of parts has one a part)
+RUN, RUNS = 8, 8  # (each run is a copy of the loop's body: a concatenation of parts has one a part)
 
 
 class Layout(Sequence):

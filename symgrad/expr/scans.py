@@ -311,13 +311,42 @@ def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n
     mapped = {carry: (_rows(R, reverse, after=False), 0)}
     mapped.update((p, (s, 0)) for p, (_, s) in zip(rows, stacked))
     after = _rows(R, reverse, after=True)
+    ys = [_as_array(v) for v in y_leaves]
     for leaf, a, s in zip(new_leaves, cuts, shapes):  # the carry after: read from R, not computed again
         if leaf is carry or leaf.op.name in ("array", "table") or not _varies(leaf, carry, rows):
             continue
         mapped[leaf] = (after if alone else _view(after, a, s, steps=n) if s else after[:, a], 0)
-    ys = [_as_array(v) for v in y_leaves]
+        ys, rows_read = _layers(leaf, mapped[leaf][0], ys)
+        mapped.update(rows_read)
     out = batching.batch(ys, mapped, t)
     return final, pytree.unflatten(y_tree, [batching.place(e, axis, 0, n) for e, axis in out])
+
+
+def _layers(leaf: Expr, stored: Expr, ys: list[Expr]) -> tuple[list[Expr], dict]:
+    """``ys`` reading the elements of the rows of the carry leaf ``leaf`` (a stack of layers' states:
+    an LSTM's output is its last layer's) from placeholders, and those placeholders -> the rows of
+    ``stored``, every step's ``leaf``: read after the loop, not computed again from the carry before."""
+    if len(leaf.shape) != 2 or leaf.shape[0] > LAYERS or leaf.op.name != "tensor":
+        return ys, {}
+    memo: dict = {}
+    ys = [rolled.tidy(y, memo) for y in ys]  # (addresses in one form: s + 14 + 28 is s + 42)
+    nodes = set(topo_order(ys))
+    indices = [n for n in nodes if n.op.name == "index" and n.payload[1] == leaf.shape[1]]
+    swap, mapped = {}, {}
+    for k in range(leaf.shape[0]):
+        row = leaf[k]
+        if row.op.name != "tensor":
+            continue
+        ph = placeholder(row.shape)
+        for i in indices:  # the row's element at i, as ys compute it (hash-consed: found by identity)
+            element = rolled.tidy(rolled.substitute_indices(row.args[0], {row.args[1]: i}), memo)
+            if element in nodes:
+                swap[element] = apply(ops.load, (ph, i))
+                mapped[ph] = (stored[:, k], 0)
+    return ([substitute(y, swap) for y in ys] if swap else ys), mapped
+
+
+LAYERS = 64  # rows of a carry leaf looked for in the outputs (each compared with them)
 
 
 def _varies(e: Expr, carry: Expr, rows: list) -> bool:
