@@ -36,6 +36,18 @@ def _check(f, arrays: dict, scalars: dict):
     return vg.source.split("def point")[0]  # the loop kernel
 
 
+def _loop_bodies(source: str, trips: str) -> list[str]:
+    """The bodies of the kernel's loops over ``range(n)`` for n matching the pattern ``trips``."""
+    lines = source.split("def point")[0].splitlines()
+    bodies = []
+    for k, line in enumerate(lines):
+        if re.fullmatch(rf"\s*for \w+ in range\(({trips})\):", line):
+            depth = len(line) - len(line.lstrip())
+            bodies.append("\n".join(itertools.takewhile(lambda b, d=depth: len(b) - len(b.lstrip()) > d,
+                                                       lines[k + 1:])))
+    return bodies
+
+
 def test_rosenbrock_value_and_gradient_in_one_fused_loop_each():
     n = 50
     x, i = array("x", n), index("i", n - 1)
@@ -228,13 +240,7 @@ def test_a_loop_runs_its_main_range_with_the_tests_on_its_index_settled():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(np.asarray(got[1]), sg.value_and_grad(ode, backend="vm")(x)[1])  # same bits
-    lines = vg.compiled.source.split("def point")[0].splitlines()
-    mains = []
-    for k, line in enumerate(lines):
-        if re.fullmatch(r"\s*for \w+ in range\(19\d\):", line):  # the main loops (the others: 1 to 6 long)
-            depth = len(line) - len(line.lstrip())
-            body = itertools.takewhile(lambda b, depth=depth: len(b) - len(b.lstrip()) > depth, lines[k + 1:])
-            mains.append("\n".join(body))
+    mains = _loop_bodies(vg.compiled.source, r"19\d")  # the main loops (the others: 1 to 6 long)
     assert mains and all("select" not in m and "min(max(" not in m for m in mains)
 
 
@@ -270,13 +276,8 @@ def test_each_part_of_a_concatenation_runs_in_a_loop_of_its_own():
     np.testing.assert_allclose(got, np.concatenate([x[1:] * x[:-1], np.sin(y[2:]), y[:30] * 2.0]) * 3.0,
                                rtol=1e-15)
     np.testing.assert_array_equal(got, sg.jit(f, backend="vm")(x, y))
-    lines = jf.compiled.source.split("def point")[0].splitlines()
-    runs = [k for k, line in enumerate(lines) if re.fullmatch(r"\s*for \w+ in range\((79|87|30)\):", line)]
-    assert len(runs) == 3
-    for k in runs:
-        depth = len(lines[k]) - len(lines[k].lstrip())
-        body = "\n".join(itertools.takewhile(lambda b, d=depth: len(b) - len(b.lstrip()) > d, lines[k + 1:]))
-        assert "select" not in body and "min(max(" not in body
+    runs = _loop_bodies(jf.compiled.source, "79|87|30")
+    assert len(runs) == 3 and all("select" not in body and "min(max(" not in body for body in runs)
 
 
 def test_a_large_workspace_comes_from_python_kept_per_thread(monkeypatch):
@@ -330,10 +331,5 @@ def test_a_stack_raveled_runs_each_layer_in_a_loop_of_its_own():
     got = jf(x)
     np.testing.assert_allclose(got, np.concatenate([np.sin(x[:14]), x[14:28] * 2.0, np.exp(x[28:42])]) + 1.0,
                                rtol=1e-15)
-    lines = jf.compiled.source.split("def point")[0].splitlines()
-    runs = [k for k, line in enumerate(lines) if re.fullmatch(r"\s*for \w+ in range\(14\):", line)]
-    assert len(runs) == 3
-    for k in runs:
-        depth = len(lines[k]) - len(lines[k].lstrip())
-        body = "\n".join(itertools.takewhile(lambda b, d=depth: len(b) - len(b.lstrip()) > d, lines[k + 1:]))
-        assert "select" not in body and "min(max(" not in body
+    runs = _loop_bodies(jf.compiled.source, "14")
+    assert len(runs) == 3 and all("select" not in body and "min(max(" not in body for body in runs)
