@@ -482,6 +482,9 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> 
     guards: list[Expr] = []
     tested = []  # addresses no index can be solved from: tested at every value of their indices
     for address, target in zip(load.args[1:], targets):
+        if not address.free and not outer and target.payload[1] > 1:
+            return None  # a fixed row (W[2] of a stack of weights): one add per term scattered, where a
+            # gather would test every row at every target for each site (an LSTM's: 67 cycles an entry)
         if all(i in solved for i in address.free):
             guards.append(target == (substitute_indices(address, solved) if solved else address))
             continue
