@@ -12,7 +12,7 @@ from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import by_name, costly, reduce, scatter, tensor, value_range
-from symgrad.expr.traverse import topo_order
+from symgrad.expr.traverse import scalar_graph, topo_order
 
 REDUCTIONS = ("sum", "max", "min")
 
@@ -192,14 +192,3 @@ def loop_body(node: Expr) -> set:
     descending into the arrays it reads. A reduction may ride in another loop only if none of
     this is another reduction and no array's loop needs it (it is complete after the loop only)."""
     return scalar_graph(node.args[0])
-
-
-def scalar_graph(root: Expr) -> set:
-    """``root``'s graph, not descending into the arrays it reads."""
-    seen, stack = {root}, [root]
-    while stack:
-        for a in stack.pop().args:
-            if a not in seen and not a.op.array_valued:
-                seen.add(a)
-                stack.append(a)
-    return seen

@@ -14,10 +14,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from symgrad.compile.plan import REDUCTIONS, loop_body, plan, scalar_graph
+from symgrad.compile.plan import REDUCTIONS, loop_body, plan
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import costly, tensor, value_range
-from symgrad.expr.traverse import terms, topo_order, total
+from symgrad.expr.traverse import scalar_graph, terms, topo_order, total
 
 
 class ScheduleError(RuntimeError):

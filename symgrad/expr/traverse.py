@@ -218,3 +218,20 @@ def total(parts: list[Expr]) -> Expr:
     for p in parts[1:]:
         out = out + p
     return out
+
+
+def scalar_graph(root: Expr) -> set:
+    """``root``'s graph, not descending into the arrays it reads.
+
+    >>> import symgrad as sg
+    >>> x, i = sg.array("x", 3), sg.index("i", 3)
+    >>> sorted(str(n) for n in scalar_graph(sg.sin(x[i]) * 2))
+    ['2', '2*sin(x[i])', 'i', 'sin(x[i])', 'x[i]']
+    """
+    seen, stack = {root}, [root]
+    while stack:
+        for a in stack.pop().args:
+            if a not in seen and not a.op.array_valued:
+                seen.add(a)
+                stack.append(a)
+    return seen
