@@ -22,7 +22,7 @@ import numpy as np
 from symgrad.expr import interp, ops
 from symgrad.expr.build import _zero_where, apply
 from symgrad.expr.node import Expr, intern, name_order
-from symgrad.expr.traverse import scalar_graph, substitute, topo_order
+from symgrad.expr.traverse import substitute, topo_order
 
 INDEX_LIMIT = 2**53  # index values, array sizes and sizes of axes stay below: exact as floats and as int64
 
@@ -538,7 +538,7 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     # addresses name them: the adjoint of x[r, c] is then that tensor itself.
     order = [*(i for a in load.args[1:] for i in by_name(a.free)), *by_name(w.free)]
     indices = tuple(i for i in dict.fromkeys(order) if i in w.free)  # (w may vary over a Jacobian's rows)
-    if not indices or not any(costly(n) for n in scalar_graph(w)):  # (the arrays it reads are computed)
+    if not indices or not any(costly(n) for n in topo_order([w])):
         term = substitute_indices(w, solved)
     else:
         term = apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
