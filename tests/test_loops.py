@@ -333,3 +333,47 @@ def test_a_stack_raveled_runs_each_layer_in_a_loop_of_its_own():
                                rtol=1e-15)
     runs = _loop_bodies(jf.compiled.source, "14")
     assert len(runs) == 3 and all("select" not in body and "min(max(" not in body for body in runs)
+
+
+def _loops_around(source: str, needle: str) -> list[list[str]]:
+    """For each kernel line containing ``needle``, the ``for`` lines of the loops around it."""
+    lines, found = source.split("def point")[0].splitlines(), []
+    for k, line in enumerate(lines):
+        if needle in line:
+            depth, around = len(line) - len(line.lstrip()), []
+            for above in reversed(lines[:k]):
+                d = len(above) - len(above.lstrip())
+                if d < depth and above.lstrip().startswith("for "):
+                    around.append(above.strip())
+                    depth = d
+            found.append(around)
+    return found
+
+
+def test_a_table_gather_is_stored_once_and_a_scattered_sum_adds_row_by_row():
+    """GMM's lower triangles (``zeros.at[:, rows, cols].set(ltri)``) are read through a table of
+    positions inside each point's product: the gather is stored once before the loop over points,
+    not repeated for each; their gradient is a sum over the points that a scatter adds into ltri:
+    stored first, added row by row (j innermost), not each entry summing its column alone, strided
+    (GradBench's GMM gradient: 6.4 -> 4.0 ms). Values: the VM's and finite differences'."""
+    import symgrad.numpy as snp
+
+    d, k, n = 5, 3, 200
+    rows, cols = np.triu_indices(d, 1)
+
+    def f(ltri, x):
+        lower = snp.zeros((k, d, d)).at[:, rows, cols].set(ltri)
+        return snp.sum(snp.einsum("kij,nj->nki", lower, x) ** 2)
+
+    rng = np.random.default_rng(0)
+    ltri, x = rng.normal(size=(k, d * (d - 1) // 2)), rng.normal(size=(n, d))
+    g = sg.jit(sg.grad(f), backend="numba")
+    got = g(ltri, x)
+    np.testing.assert_allclose(got, sg.jit(sg.grad(f), backend="vm")(ltri, x), rtol=1e-13)
+    lower = np.zeros((k, d, d))
+    lower[:, rows, cols] = ltri
+    want = 2 * np.einsum("kil,nl,nj->kij", lower, x, x)[:, rows, cols]  # d/dL sum((L x)^2) = 2 (L x) x^T
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    source = g.compiled.source
+    assert not any("range(200)" in line for around in _loops_around(source, "TABLE0[") for line in around)
+    assert any(around and "range(200)" in around[-1] for around in _loops_around(source, "] += "))

@@ -39,7 +39,7 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
             users[a] = users.get(a, 0) + 1
     axes = _axes(order)
     shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and costly(n) and not _address(n)}
-    shared |= _recomputed(order)
+    shared |= _recomputed(order) | _scattered_sums(order)
     outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, axes(node)) if node in shared else None)
     order = topo_order(outputs)
     axes, bodies, products = _axes(order), _bodies(order), set()
@@ -66,12 +66,13 @@ RECOMPUTED_MAX = 10**7  # elements of the largest tensor a recomputed reduction 
 
 
 def _recomputed(order: list[Expr]) -> set[Expr]:
-    """The reductions that loops would compute again for indices they do not vary over, to be
-    materialised: a reduction is computed in the loop of its innermost index, so each iteration of
-    a loop outside that one over another index repeats it (k-means' gradient: the min over the
-    clusters of a point, inside the sum over points of a tensor over clusters, cost clusters x
-    points x clusters). The loops around a node: its tensor's (or scatter's) indices in order, then
-    the reductions it sits in, innermost last."""
+    """The reductions (and gathers through a table) that loops would compute again for indices
+    they do not vary over, to be materialised: a reduction is computed in the loop of its innermost
+    index, so each iteration of a loop outside that one over another index repeats it (k-means'
+    gradient: the min over the clusters of a point, inside the sum over points of a tensor over
+    clusters, cost clusters x points x clusters; GMM's lower triangles, read through a table of
+    positions in each point's product). The loops around a node: its tensor's (or scatter's)
+    indices in order, then the reductions it sits in, innermost last."""
     found: set[Expr] = set()
     seen: set[tuple] = set()
     stack = [(n.args[0], tuple(n.args[1 + (n.payload[1] if n.op.name == "scatter" else 0):]))
@@ -82,15 +83,26 @@ def _recomputed(order: list[Expr]) -> set[Expr]:
         if (node, loops) in seen or node.op.array_valued:
             continue
         seen.add((node, loops))
-        if node.op.name in REDUCTIONS:
+        gather = node.op.name == "load" and any(a.op.name == "load" and a.args[0].op.name == "table"
+                                                for a in node.args[1:])
+        if node.op.name in REDUCTIONS or gather:
             depth = max((k for k, i in enumerate(loops) if i in node.free), default=0)
             if any(i not in node.free for i in loops[:depth]) and not _address(node) and \
                     math.prod(i.payload[1] for i in node.free) <= RECOMPUTED_MAX:
                 found.add(node)
-            stack.append((node.args[0], (*loops, node.args[1])))
+            if not gather:
+                stack.append((node.args[0], (*loops, node.args[1])))
             continue
         stack += [(a, loops) for a in node.args]
     return found
+
+
+def _scattered_sums(order: list[Expr]) -> set[Expr]:
+    """Sums down COLUMN_MIN or more rows that a scatter adds (a gradient reaching a parameter
+    through a table, GMM's lower triangle): stored as a tensor first, which _by_rows may then
+    add row by row, where inside the scatter's loop each element sums its column alone."""
+    return {n for s in order if s.op.name == "scatter" for n in loop_body(s)
+            if n.op.name == "sum" and n.free and n.args[1].payload[1] >= COLUMN_MIN and not _address(n)}
 
 
 def _address(n: Expr) -> bool:
