@@ -154,7 +154,20 @@ class Rolled:
 
 
 _ELEMENTWISE = {op: elementwise(op) for op in ops.FUNCTIONS.values()}
-_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+def _extreme(reduce: Any, positive: bool) -> Any:
+    """np.max or np.min with IEEE 754-2019's order of zeros (-0 < +0), as the op table's maximum and
+    the compiled loops' (NumPy's sign of a zero extreme depends on where the zeros lie)."""
+    def extreme(body: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+        out = reduce(body, axis=axis, keepdims=keepdims)
+        if not np.any(out == 0.0):
+            return out
+        signed = np.any((body == 0.0) & (np.signbit(body) != positive), axis=axis, keepdims=keepdims)
+        zero = np.where(signed, 0.0 if positive else -0.0, out)
+        return np.where(out == 0.0, zero, out)
+    return extreme
+
+
+_REDUCE = {"sum": np.sum, "max": _extreme(np.max, True), "min": _extreme(np.min, False)}
 _OBJECT_REDUCE = {name: np.frompyfunc(lambda a, b, op=ops.OPS[op]: apply(op, (a, b)), 2, 1)
                   for name, op in (("sum", "add"), ("max", "maximum"), ("min", "minimum"))}
 
