@@ -335,16 +335,17 @@ def element(arr: Expr, idx: tuple) -> Expr:
 
 def _pointwise(body: Expr) -> bool:
     """Whether ``body`` is cheap arithmetic: no reduction, no transcendental function (the arrays it
-    reads may hold them: they stay loads). A costly body stays a tensor, computed once: its
+    reads may hold them: they stay loads; so may a value not varying over any index, such as a
+    whole sum, computed once wherever it is read). A costly body stays a tensor, computed once: its
     derivative (``1 - tanh(u)**2``) then reads the forward values from it. So does a sum of
     scatters (a gradient scattered from several sites): the scatters add into its buffer (the
     schedule's accumulating tensors), where inlined each would fill a buffer of its own."""
     seen, stack, scatters = {body}, [body], 0
     while stack:
         node = stack.pop()
-        if rolled.costly(node):
+        if rolled.costly(node) and node.free:  # (a whole reduction, x - max(x)'s max: computed once)
             return False
-        for a in node.args:
+        for a in node.args if node.free else ():  # (what varies over no index is computed once)
             scatters += a.op.name == "scatter"
             if a not in seen and not a.op.array_valued:
                 seen.add(a)
