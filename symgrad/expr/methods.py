@@ -132,6 +132,9 @@ def _as_elements(values: Any) -> Any:
 
 
 def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    if ndarrays.stepping_now() and not _has_objects(inputs) and any(
+            isinstance(a, np.ndarray) and a.ndim and a.dtype.kind in "biuf" for a in inputs):
+        inputs = tuple(map(ndarrays.operand, inputs))  # (a scan's step: rolled, see ndarrays.stepping)
     if _has_array(inputs) and _has_objects(inputs):  # beside an element trace's arrays: element by element
         inputs = _as_elements(inputs)
     if _has_array(inputs):  # a rolled array: NumPy's meaning, as indexed expressions

@@ -45,6 +45,7 @@ class _Captured(threading.local):
     integers: frozenset = frozenset()
     seen: dict | None = None
     floats_met = False  # whether a float number or array met a traced value (jit's int results then floats)
+    stepping = False  # a scan's step is being traced on placeholders (its NumPy arrays meet scalars rolled)
 
 
 _captured = _Captured()
@@ -169,6 +170,28 @@ def integers(nodes: Any) -> Iterator[None]:
         yield
     finally:
         _captured.integers = outer
+
+
+@contextmanager
+def stepping() -> Iterator[None]:
+    """While a scan's step is traced: a NumPy array meeting a scalar expression in a ufunc (``b * x``, x a
+    scalar row of the stacked inputs) is a rolled operand, not an object array of its elements (which
+    would leave the scan to a Python loop and the whole function to the element trace).
+
+    >>> with stepping():
+    ...     stepping_now()
+    True
+    """
+    outer = _captured.stepping
+    _captured.stepping = True
+    try:
+        yield
+    finally:
+        _captured.stepping = outer
+
+
+def stepping_now() -> bool:
+    return _captured.stepping
 
 
 _INTEGER_OPS = frozenset({"add", "sub", "mul", "neg", "mod", "floor_divide", "abs", "minimum", "maximum"})

@@ -295,7 +295,8 @@ def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n
     row_leaves = [p if s.ndim > 1 else p[0] for p, s in zip(rows, stacks)]
     x_row = pytree.unflatten(x_tree, row_leaves)
     # a row of integers (a fori_loop's counter, labels) may index arrays: a gather checked where it runs
-    with ndarrays.integers(r for r, v in zip(row_leaves, x_leaves) if ndarrays.holds_integers(v)):
+    with ndarrays.integers(r for r, v in zip(row_leaves, x_leaves) if ndarrays.holds_integers(v)), \
+            ndarrays.stepping():
         new, y = _called(f, carry_tree, x_row)
     new_leaves = [_as_array(v) for v in _check_carry(tree, new, shapes)]
     body = new_leaves[0] if alone else _packed(new_leaves)
