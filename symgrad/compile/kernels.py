@@ -77,7 +77,7 @@ def make_kernels(kind: str, program: Any, backend: str, roots: Any = None) -> Ke
 # them from the OS on every call, paying a page fault per 4 KiB page (an ODE gradient's 48 MB: 20 ms
 # of a 32 ms call; its 4.8 MB with 10 steps: 1.0 ms of 1.2), where a spare one is kept per thread.
 OWN_WORK = 1 << 16  # floats (512 KiB: smaller blocks come back from the heap as they are)
-SPARE_MAX = 1 << 26  # floats: the largest spare a thread keeps
+SPARE_MAX = 1 << 24  # floats (128 MiB): the largest spare a thread keeps
 _spare = threading.local()
 
 

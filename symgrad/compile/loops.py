@@ -599,10 +599,10 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:
     ``i + c`` with a constant flips (a concatenation's parts), of at least ``RUN`` iterations (the
     ``RUNS`` longest), apart from the iterations between them. In a run the guards hold by its
     range (LLVM removes them and vectorises, where otherwise it peels iterations off: LLVM 22 can
-    abort doing that), and the comparisons it settles are folded (_within). One run when there
-    is nothing to split."""
+    abort doing that), and the comparisons it settles are folded (_within). One range when there
+    is nothing to split (a run if it compares ``i``: its comparisons may all be settled)."""
     n = i.payload[1]
-    cuts = {0, n}
+    cuts, compared = {0, n}, False
     for node in topo_order(bodies, _ARRAYS):
         if node.op.name == "load" and node.payload == "guarded":
             for a, size in zip(node.args[1:], node.args[0].shape):
@@ -616,9 +616,10 @@ def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:
                 (form, divisor), ((_, k), _) = forms if forms[0][0][0] else forms[::-1]
                 if form[0].get(i) == 1:  # true for i < k*d - c (lt), i < (k + 1)*d - c (le), ...: flips at
                     cuts.add((k + (op in ("le", "gt"))) * divisor - form[1])
+                    compared = True
     cuts = sorted(c for c in cuts if 0 <= c <= n)
     if len(cuts) == 2:  # (its comparisons may still be settled: gates[28:42] of a concatenation of four)
-        return [(0, n, True)]
+        return [(0, n, compared)]
     runs = sorted((r for r in zip(cuts, cuts[1:]) if r[1] - r[0] >= RUN), key=lambda r: r[0] - r[1])[:RUNS]
     runs = sorted(runs or [max(zip(cuts, cuts[1:]), key=lambda r: r[1] - r[0])])
     ranges, at = [], 0

@@ -154,6 +154,8 @@ class Rolled:
 
 
 _ELEMENTWISE = {op: elementwise(op) for op in ops.FUNCTIONS.values()}
+
+
 def _extreme(reduce: Any, positive: bool) -> Any:
     """np.max or np.min with IEEE 754-2019's order of zeros (-0 < +0), as the op table's maximum and
     the compiled loops' (NumPy's sign of a zero extreme depends on where the zeros lie)."""
@@ -161,9 +163,8 @@ def _extreme(reduce: Any, positive: bool) -> Any:
         out = reduce(body, axis=axis, keepdims=keepdims)
         if not np.any(out == 0.0):
             return out
-        signed = np.any((body == 0.0) & (np.signbit(body) != positive), axis=axis, keepdims=keepdims)
-        zero = np.where(signed, 0.0 if positive else -0.0, out)
-        return np.where(out == 0.0, zero, out)
+        other = np.any((body == 0.0) & (np.signbit(body) != positive), axis=axis, keepdims=keepdims)
+        return np.where((out == 0.0) & other, 0.0 if positive else -0.0, out)  # (+0 for max, -0 for min)
     return extreme
 
 

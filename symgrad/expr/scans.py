@@ -312,38 +312,43 @@ def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n
     mapped = {carry: (_rows(R, reverse, after=False), 0)}
     mapped.update((p, (s, 0)) for p, (_, s) in zip(rows, stacked))
     after = _rows(R, reverse, after=True)
-    ys = [_as_array(v) for v in y_leaves]
+    stored = {}
     for leaf, a, s in zip(new_leaves, cuts, shapes):  # the carry after: read from R, not computed again
         if leaf is carry or leaf.op.name in ("array", "table") or not _varies(leaf, carry, rows):
             continue
-        mapped[leaf] = (after if alone else _view(after, a, s, steps=n) if s else after[:, a], 0)
-        ys, rows_read = _layers(leaf, mapped[leaf][0], ys)
-        mapped.update(rows_read)
+        stored[leaf] = after if alone else _view(after, a, s, steps=n) if s else after[:, a]
+    mapped.update((leaf, (values, 0)) for leaf, values in stored.items())
+    ys, layers = _layers(stored, [_as_array(v) for v in y_leaves])
+    mapped.update(layers)
     out = batching.batch(ys, mapped, t)
     return final, pytree.unflatten(y_tree, [batching.place(e, axis, 0, n) for e, axis in out])
 
 
-def _layers(leaf: Expr, stored: Expr, ys: list[Expr]) -> tuple[list[Expr], dict]:
-    """``ys`` reading the elements of the rows of the carry leaf ``leaf`` (a stack of layers' states:
-    an LSTM's output is its last layer's) from placeholders, and those placeholders -> the rows of
-    ``stored``, every step's ``leaf``: read after the loop, not computed again from the carry before."""
-    if len(leaf.shape) != 2 or leaf.shape[0] > LAYERS or leaf.op.name != "tensor":
+def _layers(stored: dict, ys: list[Expr]) -> tuple[list[Expr], dict]:
+    """``ys`` reading the elements of the rows of carry leaves (``stored``: a leaf -> its value after
+    every step) that stack layers' states (an LSTM's output is its last layer's) from placeholders,
+    and those placeholders -> the rows of the stored values: read after the loop, not computed
+    again from the carry before."""
+    stacks = {leaf: values for leaf, values in stored.items()
+              if len(leaf.shape) == 2 and leaf.shape[0] <= LAYERS and leaf.op.name == "tensor"}
+    if not stacks:
         return ys, {}
     memo: dict = {}
     ys = [rolled.tidy(y, memo) for y in ys]  # (addresses in one form: s + 14 + 28 is s + 42)
     nodes = set(topo_order(ys))
-    indices = [n for n in nodes if n.op.name == "index" and n.payload[1] == leaf.shape[1]]
     swap, mapped = {}, {}
-    for k in range(leaf.shape[0]):
-        row = leaf[k]
-        if row.op.name != "tensor":
-            continue
-        ph = placeholder(row.shape)
-        for i in indices:  # the row's element at i, as ys compute it (hash-consed: found by identity)
-            element = rolled.tidy(rolled.substitute_indices(row.args[0], {row.args[1]: i}), memo)
-            if element in nodes:
-                swap[element] = apply(ops.load, (ph, i))
-                mapped[ph] = (stored[:, k], 0)
+    for leaf, values in stacks.items():
+        indices = [n for n in nodes if n.op.name == "index" and n.payload[1] == leaf.shape[1]]
+        for k in range(leaf.shape[0]):
+            row = leaf[k]
+            if row.op.name != "tensor":
+                continue
+            ph = placeholder(row.shape)
+            for i in indices:  # the row's element at i, as ys compute it (hash-consed: found by identity)
+                element = rolled.tidy(rolled.substitute_indices(row.args[0], {row.args[1]: i}), memo)
+                if element in nodes:
+                    swap[element] = apply(ops.load, (ph, i))
+                    mapped[ph] = (values[:, k], 0)
     return ([substitute(y, swap) for y in ys] if swap else ys), mapped
 
 
@@ -437,12 +442,12 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     a = placeholder(step.carry.shape)
     rows = [(a, _rows(adjoint, reverse, after=False)), (step.carry, before), (step.body, after),
             *zip(step.xs, stacks)]
-    back = [_bound(_reading(e, step.body, step.body), step, consts) for e in back]
     shapes = [step.carry.shape, *(k.shape for k in carried)]
     kc = placeholder((sum(math.prod(s) for s in shapes),))
-    parts = _unpacked(kc, shapes)
-    new = _flat([a + back[0], *(acc + e for acc, e in zip(parts[1:], back[1:]))], {g: parts[0]})
-    start = _flat([adjoint[0 if reverse else length], *(rolled.zeros_like(k) for k in carried)], {})
+    parts = _unpacked(kc, shapes)  # (the carry's adjoint, then each carried const's running sum)
+    back = [substitute(_bound(_reading(e, step.body, step.body), step, consts), {g: parts[0]}) for e in back]
+    new = _flat([a + back[0], *(acc + e for acc, e in zip(parts[1:], back[1:]))])
+    start = _flat([adjoint[0 if reverse else length], *(rolled.zeros_like(k) for k in carried)])
     G = make(new, kc, start, rows, [], not reverse)
     last = _unpacked(G[length if reverse else 0], shapes)
     out: list[Expr | None] = [last[0] if wanted[0] else None]
@@ -488,9 +493,9 @@ def _unpacked(flat: Expr, shapes: list[tuple]) -> list[Expr]:
     return [flat[a:b].reshape(s) for a, b, s in zip(cuts, cuts[1:], shapes)]
 
 
-def _flat(arrays: list[Expr], names: dict) -> Expr:
-    """``arrays`` (with ``names`` substituted) raveled into one vector."""
-    flat = [substitute(e, names).reshape(-1) for e in arrays]
+def _flat(arrays: list[Expr]) -> Expr:
+    """``arrays`` raveled into one vector."""
+    flat = [e.reshape(-1) for e in arrays]
     return flat[0] if len(flat) == 1 else ndarrays.concatenate(flat)
 
 
