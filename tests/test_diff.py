@@ -195,3 +195,20 @@ def test_an_infinite_partial_behind_abs_at_zero_stays_out_of_the_hvp():
     G = sg.grad(f, backend="vm")
     np.testing.assert_allclose(hv, (G(x + 1e-6 * v) - G(x - 1e-6 * v)) / 2e-6, rtol=1e-5, atol=1e-5)
     assert sg.grad(lambda x: np.sum(np.abs(x)))(np.array([-1.0, 0.0, 2.0] * 22)).tolist()[:3] == [-1.0, 0.0, 1.0]
+
+
+def test_an_array_read_at_computed_addresses_is_as_finite_as_the_array():
+    """A guarded product (``where(g == 0, 0, g*p)``, diff._Masks) is for partials that may be nan where
+    the inputs are finite. An address's floor division or modulo is index arithmetic, never a value,
+    and a scatter of finite values is finite: GMM's lower triangles (a table of positions) were
+    guarded in every product of the gradient, which blocked BLAS."""
+    from symgrad.expr import diff
+    from symgrad.expr.rolled import array, index, reduce, scatter, subscript, tensor
+
+    x, i, j = array("x", (12,)), index("i", 12), index("j", 4)
+    masks = diff._Masks([])
+    assert not masks.may_fail(subscript(x, ((i * 5 + 3) // 7) % 12))
+    assert not masks.may_fail(scatter(subscript(x, i), (i % 4,), (i,), (4,)))
+    assert masks.may_fail(scatter(sg.log(subscript(x, i)), (i % 4,), (i,), (4,)))
+    assert masks.may_fail(subscript(tensor(1 / subscript(x, i), i), j))
+    assert not masks.may_fail(reduce("sum", subscript(x, i) * 2.0, i))

@@ -377,3 +377,63 @@ def test_a_table_gather_is_stored_once_and_a_scattered_sum_adds_row_by_row():
     source = g.compiled.source
     assert not any("range(200)" in line for around in _loops_around(source, "TABLE0[") for line in around)
     assert any(around and "range(200)" in around[-1] for around in _loops_around(source, "] += "))
+
+
+def test_a_contraction_batched_over_an_index_of_both_factors_is_one_blas_product_per_batch():
+    """GMM's ``einsum("kij,nkj->nki", L, x[:, None] - mu)``: k, which both factors vary over, is a batch,
+    one np.dot per cluster (it was a loop nest four deep, testing L's mask at every point); so are the
+    gradient's contractions, guarded ones ``where(m, 0, a*b)`` too (a logsumexp over the clusters,
+    whose partials may be inf). Values and gradients: the interpreter's and finite differences'."""
+    import symgrad.numpy as snp
+
+    d, k, n = 6, 4, 300
+    rows, cols = np.triu_indices(d, 1)
+
+    def f(mu, ltri, x):
+        lower = snp.zeros((k, d, d)).at[:, rows, cols].set(ltri)
+        centred = x[:, None, :] - mu[None]
+        qx = snp.exp(mu)[None] * centred + snp.einsum("kij,nkj->nki", lower, centred)
+        beta = -0.5 * snp.sum(qx * qx, axis=2)
+        top = snp.max(beta, axis=1, keepdims=True)
+        return snp.sum(snp.log(snp.sum(snp.exp(beta - top), axis=1)) + top[:, 0])
+
+    rng = np.random.default_rng(4)
+    mu, ltri, x = rng.uniform(size=(k, d)), 0.3 * rng.normal(size=(k, d * (d - 1) // 2)), rng.normal(size=(n, d))
+    want = sg.value_and_grad(f, argnums=(0, 1), backend="python")(mu, ltri, x)
+    for backend in ("vm", "numba"):
+        g = sg.jit(sg.value_and_grad(f, argnums=(0, 1)), backend=backend)
+        value, grads = g(mu, ltri, x)
+        assert value == pytest.approx(want[0], rel=1e-12)
+        for got, w in zip(grads, want[1]):
+            np.testing.assert_allclose(got, w, rtol=1e-10, atol=1e-10)
+    h, e = 1e-6, np.zeros_like(ltri)
+    e[2, 5] = h
+    fd = (f(mu, ltri + e, x) - f(mu, ltri - e, x)) / (2 * h)
+    assert grads[1][2, 5] == pytest.approx(float(fd), rel=1e-6)
+    batched = _loops_around(g.compiled.source, "np.dot(")
+    assert len(batched) >= 2 and all(len(a) == 1 and a[0].endswith(f"in range({k}):") for a in batched)
+
+
+@pytest.mark.parametrize("lower", ["finite", "may be nan"])
+def test_a_sum_over_points_of_products_with_a_factor_fixed_over_them_sums_the_points_first(lower):
+    """GMM's gradient for the means: over the points n, minus L[k]^T times each point's adjoint, each
+    guarded ``where(g[n, k] == 0, 0, .)``: planned as L[k]^T times the guarded adjoints summed over the
+    points (one product for all of them, not one for each), where L is finite; L = sqrt(...), which may
+    be nan, keeps the guard outside (0 where masked, not 0 * nan). Values: the interpreter's."""
+    from symgrad.compile.plan import plan
+
+    L, G, W = sg.array("L", (3, 5, 4)), sg.array("G", (200, 3, 5)), sg.array("W", (200, 3))
+    n, k, i, j = sg.index("n", 200), sg.index("k", 3), sg.index("i", 5), sg.index("j", 4)
+    a = L[k, i, j] if lower == "finite" else sg.sqrt(L[k, i, j])
+    term = sg.where(sg.eq(W[n, k], 0.0), 0.0, -sg.sum(a * G[n, k, i], i))
+    t = sg.tensor(sg.sum(term, n), k, j)
+    outputs, _ = plan([t])
+    nested = [s for s in sg.expr.traverse.topo_order(outputs) if s.op.name == "sum" and s.args[1] is n
+              and any(b.op.name == "sum" for b in sg.expr.traverse.topo_order([s.args[0]]))]
+    assert bool(nested) == (lower != "finite")
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.normal(size=60), rng.normal(size=3000), rng.integers(0, 2, size=600)])
+    want = sg.compile([t], [L, G, W], backend="python")(x)
+    assert np.isnan(want).any() == (lower != "finite")
+    for backend in ("vm", "numba"):
+        np.testing.assert_allclose(sg.compile([t], [L, G, W], backend=backend)(x), want, rtol=1e-12, atol=1e-12)

@@ -73,7 +73,7 @@ _PSEUDO = [
     (ENDNEST, "base += L0\nif base < total:\n    L = min(L0, total - base)\n    pc = a\nelse:\n    L = L0"),
     (ZERO, _MEMORY.format("a") + "\nM[b:b + c] = 0.0"),
     (COPY, _MEMORY.format("a") + "\nS = M\n" + _MEMORY.format("c") + "\nM[b:b + e] = S[d:d + e]"),
-    (DOT, "dot(ints[a:a + 15], x, p, out, work, tables)"),
+    (DOT, "dot(ints[a:a + 16], x, p, out, work, tables)"),
     (SCAN, "scan(ints[a:a + 8], x, p, out, work, tables)"),
     # a row of a scan's carries, or of a stacked input, at the step a loop counter counts (ints:
     # source memory, offset, stride; destination memory, offset, stride; size; counter)
@@ -114,17 +114,25 @@ def view(memory, offset, rows, cols):
 
 @numba.njit(**_jit)
 def dot(q, x, p, out, work, tables):
-    # q: out memory, offset, rows, cols; then P and Q as memory, offset, rows, cols, transposed
+    # q: out memory, offset, rows, cols; P and Q as memory, offset, rows, cols, transposed; whether
+    # a matrix-vector product; how many products, one after the other in each array
     mems = (x, p, out, work, tables)
-    A = view(mems[q[4]], q[5], q[6], q[7])
+    for b in range(q[15]):
+        product(q, mems[q[0]], q[1] + b * q[2] * q[3], mems[q[4]], q[5] + b * q[6] * q[7],
+                mems[q[9]], q[10] + b * q[11] * q[12])
+
+
+@numba.njit(**_jit)
+def product(q, o, at, a, at_a, b, at_b):
+    A = view(a, at_a, q[6], q[7])
     if q[14] == 1:  # a vector second operand, a vector result
-        v, o = mems[q[9]][q[10]:q[10] + q[11]], mems[q[0]][q[1]:q[1] + q[2]]
+        v, r = b[at_b:at_b + q[11]], o[at:at + q[2]]
         if q[8]:
-            np.dot(A.T, v, o)
+            np.dot(A.T, v, r)
         else:
-            np.dot(A, v, o)
+            np.dot(A, v, r)
         return
-    O, B = view(mems[q[0]], q[1], q[2], q[3]), view(mems[q[9]], q[10], q[11], q[12])
+    O, B = view(o, at, q[2], q[3]), view(b, at_b, q[11], q[12])
     if q[8] and q[13]:
         np.dot(A.T, B.T, O)
     elif q[8]:
@@ -398,7 +406,7 @@ class _Lowering:
                 self.place(n, sched)
             if step.kind == "dot":
                 ints += _dot_operands(node, buffers)
-                top.lines.append((DOT, 0, len(ints) - 15, 0, 0, 0))
+                top.lines.append((DOT, 0, len(ints) - 16, 0, 0, 0))
             elif step.kind == "running":
                 ints += _scan_operands(node, buffers)
                 top.lines.append((SCAN, 0, len(ints) - 8, 0, 0, 0))
@@ -475,17 +483,21 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
 
 
 def _dot_operands(node: Expr, buffers: dict) -> list[int]:
-    """The 15 integers of a DOT row (see the module's ``dot``) for the product tensor ``node``."""
+    """The 16 integers of a DOT row (see the module's ``dot``) for the product tensor ``node``."""
     (body, c), axes = node.args[0].args, node.args[1:]
+    batched = all(axes[0] in f.free for f in body.args)
+    axes = axes[batched:]
     first, second = sorted(body.args, key=lambda f: axes[0] not in f.free)
-    out = [*buffers[node], node.shape[0], node.shape[1] if len(node.shape) > 1 else 1]
+    shape = node.shape[batched:]
+    out = [*buffers[node], shape[0], shape[1] if len(shape) > 1 else 1]
 
     def operand(load: Expr, leading: Expr) -> list[int]:
-        shape = load.args[0].shape
+        shape, own = load.args[0].shape[batched:], load.args[1 + batched:]
         return [*buffers[load.args[0]], shape[0], shape[1] if len(shape) > 1 else 1,
-                int(len(shape) > 1 and load.args[1] is not leading)]
+                int(len(shape) > 1 and own[0] is not leading)]
 
-    return out + operand(first, axes[0]) + operand(second, c) + [int(len(axes) == 1)]
+    return out + operand(first, axes[0]) + operand(second, c) + [int(len(axes) == 1),
+                                                                  node.shape[0] if batched else 1]
 
 
 def _scan_operands(node: Expr, buffers: dict) -> list[int]:

@@ -341,7 +341,7 @@ class _Filler:
             for node in nodes:
                 self.place(node, sched, top, homes)
             if step.kind == "dot":
-                top.lines.append(_dot(nodes[0], buffers))
+                top.lines += _dot(nodes[0], buffers, emitter)
             elif step.kind == "running":
                 _running(nodes[0], buffers, emitter, top, sched.fused)
             elif step.kind == "zero":
@@ -428,16 +428,23 @@ def _library_where_scalar(lines: list[str]) -> list[str]:
     return [switch.sub(r"math.\1(", line) for line in lines]
 
 
-def _dot(node: Expr, buffers: dict) -> str:
-    """``np.dot`` filling the product tensor ``node`` (see _product), transposing views as needed."""
+def _dot(node: Expr, buffers: dict, emitter: _Emitter) -> list[str]:
+    """``np.dot`` filling the product tensor ``node`` (see plan._product), transposing views as
+    needed; batched, one ``np.dot`` for each value of the batch index, its first axis everywhere."""
     (body, c), axes = node.args[0].args, node.args[1:]
+    batch = axes[0] if all(axes[0] in f.free for f in body.args) else None
+    at = "" if batch is None else f"[{emitter.fresh('i')}]"
+    if batch is not None:
+        axes = axes[1:]
     first, second = sorted(body.args, key=lambda f: axes[0] not in f.free)
 
     def view(load: Expr, leading: Expr) -> str:
-        name = buffers[load.args[0]]
-        return name if len(load.args) == 2 or load.args[1] is leading else f"{name}.T"
+        name = buffers[load.args[0]] + at
+        own = load.args[1 + (batch is not None):]
+        return name if len(own) == 1 or own[0] is leading else f"{name}.T"
 
-    return f"np.dot({view(first, axes[0])}, {view(second, c)}, {buffers[node]})"
+    call = f"np.dot({view(first, axes[0])}, {view(second, c)}, {buffers[node]}{at})"
+    return [call] if batch is None else [f"for {at[1:-1]} in range({node.shape[0]}):", f"    {call}"]
 
 
 def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: set) -> None:

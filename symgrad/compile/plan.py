@@ -8,13 +8,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from symgrad.expr.build import apply
+from symgrad.expr.build import apply, const
+from symgrad.expr.diff import may_fail
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import by_name, costly, reduce, scatter, tensor, value_range
 from symgrad.expr.traverse import scalar_graph, topo_order
 
 REDUCTIONS = ("sum", "max", "min")
+
+_ZERO = const(0.0)
 
 BLAS_MIN = 4096  # multiply-adds from which a contraction calls BLAS (a call costs about a microsecond)
 
@@ -32,6 +35,8 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     transposed). An expression that is the whole body of a tensor is read from the tensor
     wherever else it occurs, not computed again (the derivative of ``tanh(u)`` at every element
     uses ``tanh(u)``, which the forward tensor holds)."""
+    finite: dict = {}
+    outputs, _ = _rewrite(outputs, lambda node, new: _interchanged(new, finite))
     order = topo_order(outputs)
     users: dict[Expr, int] = {}
     for node in order:
@@ -62,16 +67,42 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     return outputs, {renamed.get(p, p) for p in products}
 
 
+def _interchanged(s: Expr, finite: dict) -> Expr | None:
+    """``sum(sum(a*b, i), n)``, ``a`` not varying over ``n``, as ``sum(a * sum(b, n), i)``, or None:
+    the sum over ``n`` once for each ``i``, not of a product for each ``n`` (GMM's gradient for the
+    means: over the points n, L[k]^T times each point's adjoint, is L[k]^T times their sum). Also
+    through a negation and a guard ``where(m, 0, .)`` (diff._Masks), ``m`` not varying over ``i``:
+    ``where(m, 0, sum(a*b, i))`` is ``sum(a * where(m, 0, b), i)`` where ``a`` is finite."""
+    if s.op.name != "sum":
+        return None
+    body, n = s.args
+    guard = negated = None
+    if body.op.name == "where" and body.args[1] is _ZERO:
+        guard, body = body.args[0], body.args[2]
+    if body.op.name == "neg":
+        negated, body = True, body.args[0]
+    if body.op.name != "sum" or body.args[0].op.name != "mul":
+        return None
+    (a, b), i = body.args[0].args, body.args[1]
+    a, b = (b, a) if n in a.free else (a, b)
+    if n in a.free or n not in b.free or guard is not None and (i in guard.free or may_fail(a, finite)):
+        return None
+    inner = reduce("sum", b if guard is None else apply(OPS["where"], (guard, _ZERO, b)), n)
+    out = reduce("sum", a * inner, i)
+    return -out if negated else out
+
+
 RECOMPUTED_MAX = 10**7  # elements of the largest tensor a recomputed reduction is stored in
 
 
 def _recomputed(order: list[Expr]) -> set[Expr]:
-    """The reductions (and gathers through a table) that loops would compute again for indices
-    they do not vary over, to be materialised: a reduction is computed in the loop of its innermost
-    index, so each iteration of a loop outside that one over another index repeats it (k-means'
-    gradient: the min over the clusters of a point, inside the sum over points of a tensor over
-    clusters, cost clusters x points x clusters; GMM's lower triangles, read through a table of
-    positions in each point's product). The loops around a node: its tensor's (or scatter's)
+    """The reductions (and gathers through a table, and wheres of a mask read from an array) that
+    loops would compute again for indices they do not vary over, to be materialised: a reduction is
+    computed in the loop of its innermost index, so each iteration of a loop outside that one over
+    another index repeats it (k-means' gradient: the min over the clusters of a point, inside the
+    sum over points of a tensor over clusters, cost clusters x points x clusters; GMM's lower
+    triangles, read through a table of positions in each point's product, or masked in,
+    ``where(mask[k, i, j], l[k, i, j], 0)``). The loops around a node: its tensor's (or scatter's)
     indices in order, then the reductions it sits in, innermost last."""
     found: set[Expr] = set()
     seen: set[tuple] = set()
@@ -85,15 +116,16 @@ def _recomputed(order: list[Expr]) -> set[Expr]:
         seen.add((node, loops))
         gather = node.op.name == "load" and any(a.op.name == "load" and a.args[0].op.name == "table"
                                                 for a in node.args[1:])
-        if node.op.name in REDUCTIONS or gather:
+        masked = node.op.name == "where" and node.args[0].op.name == "load"
+        if node.op.name in REDUCTIONS or gather or masked:
             depth = max((k for k, i in enumerate(loops) if i in node.free), default=0)
             if any(i not in node.free for i in loops[:depth]) and not _address(node) and \
                     math.prod(i.payload[1] for i in node.free) <= RECOMPUTED_MAX:
                 found.add(node)
-            if not gather:
-                stack.append((node.args[0], (*loops, node.args[1])))
-            continue
-        stack += [(a, loops) for a in node.args]
+        if node.op.name in REDUCTIONS:
+            stack.append((node.args[0], (*loops, node.args[1])))
+        elif not gather:
+            stack += [(a, loops) for a in node.args]
     return found
 
 
@@ -175,28 +207,67 @@ def _axes(order: list[Expr]) -> Callable[[Expr], tuple]:
 
 
 def _product(s: Expr, axes: tuple) -> Expr | None:
-    """``s`` = sum(a*b, c) as the tensor of a matrix (or matrix-vector) product over ``axes``, or None."""
+    """``s`` = sum(a*b, c) as the tensor of a matrix (or matrix-vector) product over ``axes``, or None.
+    An index of ``axes`` that both factors vary over is a batch: one product for each of its values
+    (GMM's ``einsum("kij,nkj->nki")``), the batch axis first in the product and its operands. A
+    guarded product ``where(m, 0, a*b)`` (see diff._Masks), ``m`` varying over indices both factors
+    vary over, is ``where(m, 0, a) * where(m, 0, b)``: the same numbers, 0 where masked (nan never
+    multiplied in)."""
     body, c = s.args
-    if body.op.name != "mul" or not 1 <= len(axes) <= 2 or any(c not in f.free for f in body.args):
+    factors = _factors(body)
+    if factors is None or any(c not in f.free for f in factors):
         return None
-    factors = sorted(body.args, key=lambda f: next((k for k, i in enumerate(axes) if i in f.free), 2))
-    own = [f.free - {c} for f in factors]
-    if own[0] != {axes[0]} or own[1] != set(axes[1:]):
+    batch = tuple(i for i in axes if all(i in f.free for f in factors))
+    rest = tuple(i for i in axes if i not in set(batch))
+    if len(batch) > 1 or not 1 <= len(rest) <= 2:
+        return None
+    factors = sorted(factors, key=lambda f: next((k for k, i in enumerate(rest) if i in f.free), 2))
+    own = [f.free - {c, *batch} for f in factors]
+    if own[0] != {rest[0]} or own[1] != set(rest[1:]):
         return None
     if math.prod(i.payload[1] for i in (*axes, c)) < BLAS_MIN:
         return None
-    operands = [_operand(f, (axes[0], c)) for f in factors[:1]] + [_operand(factors[1], (c, *axes[1:]))]
-    return tensor(reduce("sum", operands[0] * operands[1], c), *axes)
+    a, b = _operand(factors[0], batch, (rest[0], c)), _operand(factors[1], batch, (c, *rest[1:]))
+    return tensor(reduce("sum", a * b, c), *batch, *rest)
 
 
-def _operand(f: Expr, axes: tuple) -> Expr:
-    """``f`` as a load of an array over ``axes`` (in either order): itself if it is one, else a load
-    from the tensor of it (materialised once, so BLAS can read it)."""
+def _factors(body: Expr) -> tuple[Expr, ...] | None:
+    """The two factors of a product's body, ``a*b`` or a guarded ``where(m, 0, a*b)`` (or
+    ``where(m, a*b, 0)``), or None."""
+    if body.op.name == "mul":
+        return body.args
+    if body.op.name != "where" or not any(a is _ZERO for a in body.args[1:]):
+        return None
+    mask, product = body.args[0], body.args[2 if body.args[1] is _ZERO else 1]
+    if product.op.name != "mul" or not mask.free <= product.args[0].free & product.args[1].free:
+        return None
+    return tuple(apply(OPS["where"], (mask, *((_ZERO, f) if body.args[1] is _ZERO else (f, _ZERO))))
+                 for f in product.args)
+
+
+def _operand(f: Expr, batch: tuple, axes: tuple) -> Expr:
+    """``f`` as a load of an array over ``batch`` then ``axes`` (these in either order): itself if it
+    is one, else a load from the tensor of it (materialised once, so BLAS can read it)."""
+    indices = (*batch, *axes)
     if f.op.name == "load" and f.payload is None and f.args[0].op.name != "table" and \
-            len(f.args) == len(axes) + 1 and set(f.args[1:]) == set(axes) and len(set(f.args[1:])) == len(axes) \
+            len(f.args) == len(indices) + 1 and all(i is b for i, b in zip(f.args[1:], batch)) and \
+            set(f.args[1:]) == set(indices) and len(set(f.args[1:])) == len(indices) \
             and all(i.payload[1] == n for i, n in zip(f.args[1:], f.args[0].shape)):  # (all of it, not a part)
         return f
-    return apply(OPS["load"], (tensor(f, *axes), *axes))
+    indices = (*batch, *_layout(f, axes))
+    return apply(OPS["load"], (tensor(f, *indices), *indices))
+
+
+def _layout(f: Expr, axes: tuple) -> tuple:
+    """``axes`` in the order of the first array ``f`` reads over both (BLAS takes either order, and
+    the tensor of ``f`` is filled fastest reading along its arrays' rows), else as they are."""
+    for n in sorted(scalar_graph(f), key=lambda n: n.op.name != "load"):
+        if n.op.name != "load" or n.args[0].op.name == "table":
+            continue
+        at = [next((k for k, a in enumerate(n.args[1:]) if i in a.free), None) for i in axes]
+        if None not in at:
+            return tuple(i for _, i in sorted(zip(at, axes), key=lambda p: p[0]))
+    return axes
 
 
 def loop_body(node: Expr) -> set:

@@ -103,6 +103,32 @@ class _Trees:
         return self.uses[e] == 1
 
 
+def may_fail(e: Expr, finite: dict | None = None) -> bool:
+    """Whether ``e`` may be nan or inf where the inputs are finite (sqrt, log, / ... inside it); ``finite``
+    remembers the nodes seen (node -> finite), for the next call.
+
+    >>> import symgrad as sg
+    >>> x = sg.Var("x")
+    >>> may_fail(sg.sin(x) * x), may_fail(sg.log(x) + 1)
+    (False, True)
+    """
+    finite = {} if finite is None else finite
+    stack = [e]
+    while stack:
+        n = stack[-1]
+        if n in finite:
+            stack.pop()
+            continue
+        args = n.args[:1] if n.op.name in ("load", "scatter") else n.args  # (addresses are never values)
+        todo = [a for a in args if a not in finite]
+        if todo:
+            stack += todo
+            continue
+        stack.pop()
+        finite[n] = n.op.finite and all(finite[a] for a in args)
+    return not finite[e]
+
+
 class _Masks:
     """Which adjoints may be 0 where a partial is nan or inf. A value masked by ``where`` (its branch
     not taken), or an array's entry nobody reads, gets an adjoint of 0 there, while the partials of
@@ -118,20 +144,7 @@ class _Masks:
         self.finite: dict[Expr, bool] = {}
 
     def may_fail(self, e: Expr) -> bool:
-        """Whether ``e`` may be nan or inf where the inputs are finite (sqrt, log, / ... inside it)."""
-        stack = [e]
-        while stack:
-            n = stack[-1]
-            if n in self.finite:
-                stack.pop()
-                continue
-            todo = [a for a in n.args if a not in self.finite]
-            if todo:
-                stack += todo
-                continue
-            stack.pop()
-            self.finite[n] = n.op.finite and all(self.finite[a] for a in n.args)
-        return not self.finite[e]
+        return may_fail(e, self.finite)
 
     def product(self, node: Expr, g: Expr, p: Expr) -> Expr:
         """``g * p``, the contribution of ``node``'s adjoint ``g`` through the partial ``p``; guarded

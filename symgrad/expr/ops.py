@@ -343,7 +343,7 @@ scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, bind
                                       *_ranges(node, 1 + node.payload[1]), ")"),
                evaluate=lambda node, args, ctx: ctx.scatter(node, args),
                doc="the array of sums of a body into addresses over bound indices (payload: shape, "
-                   "number of addresses); args: body, addresses, indices")
+                   "number of addresses); args: body, addresses, indices", finite=True)
 as_index = _row("as_index", 2, None, "float(fastmath.as_index({0}, {1}))", (None, None), kind="rolled",
                 template=call_template("as_index(", 2, ")"), latex=_func(r"\operatorname{as\_index}", 2),
                 evaluate=lambda node, args, ctx: ctx.as_index(args[0], args[1]),
