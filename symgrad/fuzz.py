@@ -376,7 +376,7 @@ def _product(g: _Gen) -> tuple[str, tuple] | None:
     if v is None:
         return None
     a, (r, c) = v
-    kind = g.choice(["mv", "aat", "ata", "atb", "einsum_rows", "einsum_outer"])
+    kind = g.choice(["mv", "aat", "ata", "atb", "einsum_rows", "einsum_outer", "batched_mv", "batched_mm"])
     if kind == "mv":
         b = g.pick(lambda s: len(s) == 1 and s[0] >= c)
         if b is not None:
@@ -390,6 +390,11 @@ def _product(g: _Gen) -> tuple[str, tuple] | None:
         b, sb = g.pick(lambda s: len(s) == 2 and s[0] == r) or (a, (r, c))
         return f"{a}.T @ {b}", (c, sb[1])
     b, _ = g.pick(lambda s: s == (r, c)) or (a, (r, c))
+    stacked = f"({a}[:, :, None] * {b}[:, None, :])"  # (r, c, c): a matrix for each row
+    if kind == "batched_mv":
+        return f"np.einsum('kij,kj->ki', {stacked}, {b})", (r, c)
+    if kind == "batched_mm":
+        return f"np.einsum('kij,kjl->kil', {stacked}, np.sin({stacked}))[:, 1 % {c}]", (r, c)
     if kind == "einsum_rows":
         return f"np.einsum('ij,ij->i', {a}, {b})", (r,)
     return f"np.einsum('ij,kj->ik', {a}, {b})", (r, r)

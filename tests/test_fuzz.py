@@ -44,7 +44,7 @@ def _keys_with_gradients_off(p: fuzz.Program, factor: float) -> list:
 
 
 def test_generated_programs_are_deterministic_valid_and_varied():
-    programs = [fuzz.generate(s) for s in range(150)]
+    programs = [fuzz.generate(s) for s in range(180)]
     assert [p.source for p in programs[:20]] == [fuzz.generate(s).source for s in range(20)]
     for p in programs[:40]:
         value = p.function()(*p.inputs())
@@ -54,7 +54,8 @@ def test_generated_programs_are_deterministic_valid_and_varied():
     for construct in ("sg.scan", "reverse=True", "length=", "np.cumsum", " @ ", "np.einsum", "permutation",
                       "integers(0", "// 2", " % ", "[::-1]", "[::2]", "np.minimum", "np.maximum", "np.clip",
                       "np.where", "keepdims=True", "reshape", "np.concatenate", "np.stack", "axis=", ".T",
-                      "np.tanh", "np.log(1.0 + ", "sg.grad(", "sg.vmap(", "np.outer", "h, s = carry"):
+                      "np.tanh", "np.log(1.0 + ", "sg.grad(", "sg.vmap(", "np.outer", "h, s = carry",
+                      "'kij,kj->ki'", "'kij,kjl->kil'"):
         assert construct in text, construct
     sizes = {n for p in programs for s in p.shapes for n in [int(np.prod(s))]}
     assert any(n < trace.ROLLED_MIN for n in sizes) and any(n >= trace.ROLLED_MIN for n in sizes)

@@ -34,8 +34,9 @@ BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noi
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
 # Pseudo-ops, past the op table's codes. Rows are (op, d, a, b, c, e).
 (CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, FOLD, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
- DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS) = range(1000, 1022)
+ DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS, FOLDED) = range(1000, 1023)
 _KINDS = {"sum": 0, "max": 1, "min": 2}
+INTERLEAVED = 3  # a FOLD's kind: a sum into loops.SLOTS accumulators (see loops.interleaved), FOLDED after
 
 _MEMORY = """if {0} == 0:
     M = x
@@ -66,7 +67,9 @@ _PSEUDO = [
     # a reduction over a nest's lanes in their order (the compiled loops' order: the same bits)
     (FOLD, "v = rd[0]\n" + "".join(
         f"{'if' if k == 0 else 'elif'} b == {k}:\n    for j in range(L):\n"
-        f"        v = {_COMBINE[k].format('v', 'ra[j]')}\n" for k in range(3)) + "rd[:] = v"),
+        f"        v = {_COMBINE[k].format('v', 'ra[j]')}\n" for k in range(3)) + "if b < 3:\n    rd[:] = v\n"
+     f"else:\n    for j in range(L):\n        rd[(base + j) % {loops.SLOTS}] += ra[j]"),
+    (FOLDED, f"rd[:] = {loops.folded('rd')}"),
     (LOOP, "counters[a] = 0\nif b <= 0:\n    pc = c"),
     (ENDLOOP, "counters[a] += 1\nif counters[a] < b:\n    pc = c"),
     (NEST, "base = 0\ntotal = a\nL = min(L0, total)\nif total <= 0:\n    pc = b"),
@@ -314,8 +317,11 @@ class _Lanes(loops._Emitter):
         home.lines.append((ACCINIT, acc, kind, 0, 0, 0))
         home.names[node] = acc
         if home.parent is None:  # at the top level: a nest, one iteration per lane, folded in order
+            kind = INTERLEAVED if loops.interleaved(node) else kind
             home.lines.append(("nest", size, [(FLAT, child.loops[i], 1, size, 0, 0), *child.lines,
                                               (FOLD, acc, value, kind, 0, 0)]))
+            if kind == INTERLEAVED:
+                home.lines.append((FOLDED, acc, 0, 0, 0, 0))
         else:
             self.slots += 1
             home.lines.append(("loop", self.slots, size, [(COUNTER, child.loops[i], self.slots, 0, 0, 0),
@@ -470,7 +476,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
         if node.op.name in _KINDS:
             acc, kind = emitter.fresh(), _KINDS[node.op.name]
             top.lines.append((ACCINIT, acc, kind, 0, 0, 0))
-            region.lines.append((FOLD, acc, value, kind, 0, 0))
+            region.lines.append((FOLD, acc, value, INTERLEAVED if loops.interleaved(node) else kind, 0, 0))
             top.names[node] = acc
         elif node.op.name == "tensor":
             region.lines.append((STORE, value, *emitter.buffers[node][:1], flat, emitter.buffers[node][1], 0))
@@ -480,6 +486,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
             memory, offset = emitter.buffers[node]
             region.lines.append((ADDTO, value, memory, at, offset, 0))
     top.lines.append(("nest", math.prod(sizes), rows + region.lines))
+    top.lines += [(FOLDED, top.names[n], 0, 0, 0, 0) for n in group + joining if loops.interleaved(n)]
 
 
 def _dot_operands(node: Expr, buffers: dict) -> list[int]:

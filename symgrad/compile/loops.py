@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +47,54 @@ _INTEGER_OPS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})"
                 "mod": "({0} % {1})", "floor_divide": "({0} // {1})", "as_index": "fastmath.as_index({0}, {1})"}
 _COMBINE = {"sum": "{0} + {1}", "max": OPS["maximum"].numba, "min": OPS["minimum"].numba}
 _START = {"sum": "0.0", "max": "-math.inf", "min": "math.inf"}
+SLOTS = 8  # the accumulators of a long sum at a kernel's top level (see interleaved)
+INTERLEAVED_MIN = 128
+
+
+def interleaved(node: Expr) -> bool:
+    """Whether the reduction ``node``, at a kernel's top level, adds into ``SLOTS`` accumulators,
+    element k into slot k % SLOTS, added ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)) at the end: one
+    accumulator waits on each addition before, these on the one SLOTS elements before, and LLVM
+    vectorises them (a sum of 1.28M: 0.64 -> 0.19 ms). The loop VM adds its lanes the same way."""
+    return node.op.name == "sum" and node.args[1].payload[1] >= INTERLEAVED_MIN
+
+
+def folded(slots: str) -> str:
+    """The sum of an interleaved sum's accumulators, in pairs."""
+    terms = [f"{slots}[{k}]" for k in range(SLOTS)]
+    while len(terms) > 1:
+        terms = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])]
+    return terms[0][1:-1]
+
+
+def _blocked(var: str, bounds: str, lines: list[str], fresh: Callable[[str], str], shift: int = 0) -> list[str]:
+    """``for var in range(bounds)`` over ``lines``, which add into ``SLOT``, the slot of element
+    ``var + shift`` of interleaved sums: whole blocks of SLOTS elements as a loop over the slots inside
+    a loop over the blocks (vectorised), the elements before and after them one by one."""
+    if not any("SLOT" in line for line in lines):
+        return [f"for {var} in range({bounds}):", *("    " + line for line in lines)]
+    span = range(*map(int, bounds.split(",")))
+    lo, hi = span.start, span.stop
+    start = min(hi, lo + (-(lo + shift)) % SLOTS)
+    end = start + (hi - start) // SLOTS * SLOTS
+    at = f"({var} + {shift})" if shift else var
+
+    def alone(a: int, b: int) -> list[str]:
+        return [f"for {var} in range({a}, {b}):",
+                *("    " + line.replace("SLOT", f"{at} % {SLOTS}") for line in lines)]
+
+    block, slot = fresh("i"), fresh("i")
+    blocks = [f"for {block} in range({(end - start) // SLOTS}):", f"    for {slot} in range({SLOTS}):",
+              f"        {var} = {start} + {SLOTS} * {block} + {slot}",
+              *("        " + line.replace("SLOT", slot) for line in lines)]
+    return (alone(lo, start) if lo < start else []) + (blocks if start < end else []) + \
+        (alone(end, hi) if end < hi else [])
+
+
 # Small constant powers as the loop VM computes them (the same bits): products, not a pow call, and sqrt.
 POWERS = {2.0: "{0} * {0}", 3.0: "{0} * {0} * {0}", 0.5: OPS["sqrt"].numba}
+
+
 class _Region:
     """A loop body (or the kernel's top level): the indices bound there, its lines, its names."""
 
@@ -80,6 +126,11 @@ class _Emitter:
         self.children: dict[tuple, tuple] = {}
         self.integers: set[Expr] = set()  # nodes emitted as integer arithmetic
         self.integer_names: set[str] = set()  # and the names holding them
+        self.work = 0  # floats of workspace taken so far
+
+    def take(self, size: int) -> str:
+        self.work += size
+        return f"work[{self.work - size}:{self.work}]"
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -192,6 +243,14 @@ class _Emitter:
         value = self.value(body, child)
         acc = self.fresh("a")
         kind = node.op.name
+        if home.parent is None and interleaved(node):
+            slots = self.fresh("t")
+            child.lines.append(f"{slots}[SLOT] = {slots}[SLOT] + {value}")
+            home.lines += [f"{slots} = {self.take(SLOTS)}", f"{slots}[:] = 0.0",
+                           *_blocked(child.loops[i], str(i.payload[1]), child.lines, self.fresh),
+                           f"{acc} = {folded(slots)}"]
+            home.names[node] = acc
+            return
         child.lines.append(f"{acc} = {_COMBINE[kind].format(acc, value)}")
         home.lines.append(f"{acc} = {_START[kind]}")
         home.lines.append(f"for {child.loops[i]} in range({i.payload[1]}):")
@@ -259,13 +318,13 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n{special.IMPORT}\n\n"
     entries = _ENTRIES.format(nx=nx, np=np_, nout=offset)
     text = (header + "".join(h + "\n" for h in head) +
-            f"WORK = {filler.work}  # floats of workspace its temporary arrays take\n")
+            f"WORK = {emitter.work}  # floats of workspace its temporary arrays take\n")
     split = len(body) > pieces.SPLIT_LINES
     if split:
         text += _split_kernel(body, emitter.integer_names)
     else:
         text += f"\n\n{_JIT}def kernel(x, p, out, work):\n{_indented(body)}\n"
-    if split or filler.work >= kernels.OWN_WORK:  # a workspace from Python (see kernels.take)
+    if split or emitter.work >= kernels.OWN_WORK:  # a workspace from Python (see kernels.take)
         return text + _OWN_POINT.format(checks=checks) + (entries.replace(_JIT, "") if split else entries)
     point = f"\n\n{_JIT}def point(x, p, out):\n{checks}    work = np.empty(WORK)\n{_indented(body)}\n"
     return text + point + entries
@@ -307,11 +366,6 @@ class _Filler:
 
     def __init__(self, emitter: _Emitter, head: list[str], out_offsets: dict) -> None:
         self.emitter, self.buffers, self.head, self.out_offsets = emitter, emitter.buffers, head, out_offsets
-        self.work = 0  # floats of workspace taken so far
-
-    def take(self, size: int) -> str:
-        self.work += size
-        return f"work[{self.work - size}:{self.work}]"
 
     def place(self, node: Expr, sched: Schedule, top: _Region, homes: dict) -> None:
         """The buffer of the array ``node``: its owner's (schedule.home), a scan's row (``homes``), its
@@ -320,8 +374,10 @@ class _Filler:
         if owner not in self.buffers:
             self.buffers[owner] = self.emitter.fresh("t")
             size, start = math.prod(owner.shape), self.out_offsets.get(owner)
-            where = homes.get(owner) or (self.take(size) + f".reshape({owner.shape!r})" if start is None else
-                                         f"out[{start}:{start + size}].reshape({owner.shape!r})")
+            where = homes.get(owner)
+            if where is None:
+                view = self.emitter.take(size) if start is None else f"out[{start}:{start + size}]"
+                where = f"{view}.reshape({owner.shape!r})"
             top.lines.append(f"{self.buffers[owner]} = {where}")
         self.buffers[node] = self.buffers[owner]
 
@@ -356,9 +412,9 @@ class _Filler:
         length, reverse, step = node.payload
         init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
         size, emitter, buffers = math.prod(init.shape), self.emitter, self.buffers
-        at, full = self.work, emitter.fresh("s")
+        at, full = emitter.work, emitter.fresh("s")
         buffers[node] = full
-        top.lines.append(f"{full} = {self.take((length + 1) * size)}.reshape({node.shape!r})")
+        top.lines.append(f"{full} = {emitter.take((length + 1) * size)}.reshape({node.shape!r})")
         top.lines += _copied(emitter, "work", at + length * size if reverse else at, buffers[init], size)
         for n in inner.order:  # a step equal to an earlier scan's (hash-consed) fills this scan's rows
             if n.op.name != "table":
@@ -499,14 +555,16 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
         for lo, hi, alone in _partition(i, [b for b, _ in renamed]):
             special = _within(renamed, i, lo, hi) if alone else None
             if special is None:  # (the few iterations between runs: as they are)
-                top.lines.append(f"for {levels[0].loops[i]} in range({lo}, {hi}):")
-                top.lines += ["    " + line for line in levels[0].lines]
+                top.lines += _blocked(levels[0].loops[i], f"{lo}, {hi}", levels[0].lines, emitter.fresh)
                 continue
             j, found = special  # the bodies with i = j + lo, the conditions on i this range decides decided
             inner = _Region(top, frozenset({j}), {j: emitter.fresh("i")})
             _fill(group, found, (j,), inner, buffers, emitter, top, accumulators, f" + {lo}")
-            top.lines.append(f"for {inner.loops[j]} in range({hi - lo}):")
-            top.lines += ["    " + line for line in inner.lines]
+            top.lines += _blocked(inner.loops[j], str(hi - lo), inner.lines, emitter.fresh, lo)
+        for node, slots in accumulators.items():
+            if interleaved(node):
+                top.names[node] = emitter.fresh("a")
+                top.lines.append(f"{top.names[node]} = {folded(slots)}")
         return
     for depth, (i, level) in enumerate(zip(indices, levels)):
         top.lines.append("    " * depth + f"for {level.loops[i]} in range({i.payload[1]}):")
@@ -526,7 +584,12 @@ def _fill(group: list[Expr], renamed: list, indices: tuple, inner: _Region, buff
     added, each reduction riding along accumulated (``accumulators``: their names, made once)."""
     for node, (body, addresses) in zip(group, renamed):
         value = emitter.value(body, inner)
-        if node.op.name in REDUCTIONS:  # a scalar reduction riding along: its accumulator
+        if node.op.name in REDUCTIONS and interleaved(node):  # a long sum riding along: its slots
+            if node not in accumulators:
+                accumulators[node] = emitter.fresh("t")
+                top.lines += [f"{accumulators[node]} = {emitter.take(SLOTS)}", f"{accumulators[node]}[:] = 0.0"]
+            inner.lines.append(f"{accumulators[node]}[SLOT] = {accumulators[node]}[SLOT] + {value}")
+        elif node.op.name in REDUCTIONS:  # a scalar reduction riding along: its accumulator
             if node not in accumulators:
                 accumulators[node] = top.names[node] = emitter.fresh("a")
                 top.lines.append(f"{accumulators[node]} = {_START[node.op.name]}")

@@ -185,11 +185,12 @@ def _materialised(e: Expr, axes: tuple) -> Expr:
 
 
 def _bodies(order: list[Expr]) -> dict[Expr, Expr]:
-    """Each tensor's body (not a mere load) -> the first tensor over exactly its indices."""
+    """Each tensor's body (not a mere load, nor index arithmetic, which addresses read as it is) ->
+    the first tensor over exactly its indices."""
     bodies: dict[Expr, Expr] = {}
     for t in order:
         b = t.args[0] if t.op.name == "tensor" else None
-        if b is not None and b.args and b.op.name != "load" and b.free == set(t.args[1:]):
+        if b is not None and b.args and b.op.name != "load" and b.free == set(t.args[1:]) and not _address(b):
             bodies.setdefault(b, t)
     return bodies
 
