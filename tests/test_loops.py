@@ -448,8 +448,8 @@ def test_a_long_sum_adds_into_eight_accumulators_with_the_same_bits_on_the_vm(n)
     gradient, and through a loop specialised from an offset (a concatenation's boundary). The loop
     VM adds its lanes the same way: the same bits; whole and split into pieces; the interpreter's
     values to rounding."""
-    from symgrad.compile import pieces
     import symgrad.numpy as jnp
+    from symgrad.compile import pieces
 
     def f(x):
         y = x * jnp.concatenate([jnp.ones(1), x[:-1]])
