@@ -470,3 +470,30 @@ def test_a_long_sum_adds_into_eight_accumulators_with_the_same_bits_on_the_vm(n)
     np.testing.assert_allclose(vm[1], want[1], rtol=1e-12, atol=1e-12)
     assert len(_loop_bodies(vg.compiled.source, "8")) >= 3
     assert sum(line.strip().endswith("] = 0.0") for line in vg.compiled.source.splitlines()) >= 3
+
+
+def test_a_sum_of_a_tensor_rides_along_the_loop_filling_it():
+    """log-sum-exp's gradient: the exponentials are stored (the gradient reads them twice), and their sum,
+    which read them back in a loop of its own, is added in the loop storing them, each element as it is
+    stored (lse of 1.28M: 3.5 -> 3.1 ms); so is the sum of the softmax it fills; a tensor read once
+    where it is computed is computed there (3.1 -> 2.8 ms). The VM's bits, the interpreter's values."""
+    def lse(x):
+        top = np.max(x)
+        return np.log(np.sum(np.exp(x - top))) + top
+
+    x = np.random.default_rng(7).normal(size=3000)
+    want = sg.value_and_grad(lse, backend="python")(x)
+    vm = sg.value_and_grad(lse, backend="vm")(x)
+    vg = sg.value_and_grad(lse, backend="numba")
+    got = vg(x)
+    assert got[0] == vm[0] == pytest.approx(want[0], rel=1e-13)
+    np.testing.assert_array_equal(got[1], vm[1])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
+    blocks = _loop_bodies(vg.compiled.source, "8")
+    stored_and_summed = [b for b in blocks if re.search(r"t\d+\[i\d+\] = v", b)
+                         and re.search(r"(t\d+)\[(i\d+)\] = \1\[\2\] \+", b)]
+    assert len(stored_and_summed) == 2
+    # the gradient, softmax plus the max's ties, computed in its loop: the ties' tensor (read once) is
+    # not stored; the exponentials and the softmax are (read twice)
+    kernel = vg.compiled.source.split("def point")[0]
+    assert len(set(re.findall(r"work\[\d+:\d+\]\.reshape\(\(3000,\)\)", kernel))) == 2

@@ -462,7 +462,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
     k = first.payload[1] if first.op.name == "scatter" else 0
     indices = tuple(emitter.fresh_index(i) for i in first.args[1 + k:])
     sizes = [i.payload[1] for i in indices]
-    joining = riding(riders, tuple(sizes))
+    joining = riding(riders, group)
     region = loops._Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})
     rows = [(FLAT, region.loops[i], math.prod(sizes[n + 1:]), sizes[n], 0, 0) for n, i in enumerate(indices)]
     flat = region.loops[indices[0]] if len(indices) == 1 else emitter.fresh()  # the position in the nest

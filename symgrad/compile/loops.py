@@ -28,7 +28,7 @@ from symgrad.compile import cache, fastmath, kernels, pieces, special
 from symgrad.compile.kernels import SIGNATURES, Kernels, make_kernels, register
 from symgrad.compile.numba_backend import _literal
 from symgrad.compile.plan import REDUCTIONS
-from symgrad.compile.schedule import Schedule, ScheduleError, Step, ranges, riders, riding, schedule, slots
+from symgrad.compile.schedule import Schedule, ScheduleError, Step, riders, riding, schedule, slots
 from symgrad.expr.build import apply, const
 from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
@@ -403,7 +403,7 @@ class _Filler:
             elif step.kind == "zero":
                 top.lines.append(f"{buffers[nodes[0]]}[...] = 0.0")
             elif nodes:  # fill, add
-                _materialise(nodes + riding(ride, ranges(nodes[0])), buffers, emitter, top)
+                _materialise(nodes + riding(ride, nodes), buffers, emitter, top)
 
     def scan(self, scan_step: Step, top: _Region) -> None:
         """A loop over the steps around the step's loops: row 0 of the carries holds the initial one

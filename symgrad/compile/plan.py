@@ -12,7 +12,7 @@ from symgrad.expr.build import apply, const
 from symgrad.expr.diff import may_fail
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
-from symgrad.expr.rolled import by_name, costly, reduce, scatter, tensor, value_range
+from symgrad.expr.rolled import by_name, costly, reduce, scatter, substitute_indices, tensor, value_range
 from symgrad.expr.traverse import scalar_graph, topo_order
 
 REDUCTIONS = ("sum", "max", "min")
@@ -37,11 +37,11 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     uses ``tanh(u)``, which the forward tensor holds)."""
     finite: dict = {}
     outputs, _ = _rewrite(outputs, lambda node, new: _interchanged(new, finite))
+    inline = _read_once(outputs)
+    outputs, _ = _rewrite(outputs, lambda node, new: substitute_indices(
+        new.args[0].args[0], dict(zip(new.args[0].args[1:], new.args[1:]))) if node in inline else None)
     order = topo_order(outputs)
-    users: dict[Expr, int] = {}
-    for node in order:
-        for a in set(node.args):
-            users[a] = users.get(a, 0) + 1
+    users = _users(order)
     axes = _axes(order)
     shared = {n for n in order if len(n.free) >= 2 and users.get(n, 0) >= 2 and costly(n) and not _address(n)}
     shared |= _recomputed(order) | _scattered_sums(order)
@@ -65,6 +65,43 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     outputs, renamed = _rewrite(outputs, lambda node, new: None if node in products or new in products
                                 else _by_rows(new))  # (a product whose operands were rebuilt stays one)
     return outputs, {renamed.get(p, p) for p in products}
+
+
+def _users(order: list[Expr]) -> dict[Expr, int]:
+    """How many nodes use each node as an argument."""
+    users: dict[Expr, int] = {}
+    for node in order:
+        for a in set(node.args):
+            users[a] = users.get(a, 0) + 1
+    return users
+
+
+def _read_once(outputs: list[Expr]) -> set[Expr]:
+    """The loads ``t[i, j]`` to compute in place of reading them: of a tensor ``t`` nothing else
+    reads, by another tensor over the same indices (not inside a reduction of its body), which
+    would otherwise store each element and read it back once (a gradient that is the sum of two
+    adjoints' tensors: lse's, the softmax and the max's ties). Not a tensor of exponentials or
+    other costly values, which another tensor may compute too (renamed, the copy would not be
+    found and read from that one)."""
+    order = topo_order(outputs)
+    users, kept, found = _users(order), set(outputs), set()
+    for u in order:
+        if u.op.name != "tensor":
+            continue
+        stack, seen = [u.args[0]], set()
+        while stack:
+            n = stack.pop()
+            if n in seen or n.op.array_valued or n.op.name in REDUCTIONS:
+                continue
+            seen.add(n)
+            t = n.args[0] if n.op.name == "load" else None
+            if t is not None and t.op.name == "tensor" and t not in kept and users[t] == users[n] == 1 and \
+                    n.payload is None and len(set(n.args[1:])) == len(n.args) - 1 == len(u.args) - 1 and \
+                    set(n.args[1:]) == set(u.args[1:]) and \
+                    not any(costly(m) and m.free & set(t.args[1:]) for m in loop_body(t)):
+                found.add(n)
+            stack += n.args
+    return found
 
 
 def _interchanged(s: Expr, finite: dict) -> Expr | None:

@@ -292,21 +292,40 @@ def slots(outputs: list[Expr]) -> tuple[list, dict, int]:
     return slots, first, offset
 
 
-def riding(riders: list[Expr], ranges: tuple) -> list[Expr]:
-    """The riders that join a loop nest over ``ranges`` (one-dimensional, over their index's
-    range), taken off the list."""
-    riding = [r for r in riders if len(ranges) == 1 and r.args[1].payload[1] == ranges[0]]
+def riding(riders: list[Expr], nodes: Sequence[Expr]) -> list[Expr]:
+    """The riders that join the loop nest filling ``nodes`` (one-dimensional, over their index's
+    range; one reading a tensor, the nest filling it), taken off the list."""
+    sizes = ranges(nodes[0])
+    riding = [r for r in riders if len(sizes) == 1 and r.args[1].payload[1] == sizes[0] and
+              ((row := row_read(r)) is None or any(row is n for n in nodes))]
     riders[:] = [r for r in riders if all(r is not q for q in riding)]  # (== on Exprs builds nodes)
     return riding
 
 
 def riders(order: list[Expr]) -> list[Expr]:
     """Scalar reductions over plain inputs, which may join a 1-D loop over the same range: the
-    loop computing the adjoints accumulates the value too, sharing what their bodies share."""
+    loop computing the adjoints accumulates the value too, sharing what their bodies share. Also
+    a scalar reduction reading a 1-D tensor at its own index (lse's sum of exponentials), which
+    joins the loop filling the tensor, reading each element as it is stored."""
     in_arrays = {m for a in order if a.op.name in ("tensor", "scatter") for m in loop_body(a)}
-    return [n for n in order if n.op.name in REDUCTIONS and not n.free and n not in in_arrays and
-            not any(m.op.name in REDUCTIONS or m.op.name == "load" and m.args[0].op.name not in ("array", "table")
-                    for m in loop_body(n))]
+    scalar = [n for n in order if n.op.name in REDUCTIONS and not n.free]
+    return [n for n in scalar if n not in in_arrays and not any(
+        m.op.name in REDUCTIONS or m.op.name == "load" and m.args[0].op.name not in ("array", "table")
+        for m in loop_body(n))] + [n for n in scalar if row_read(n) is not None]
+
+
+def row_read(n: Expr) -> Expr | None:
+    """The 1-D tensor ``t`` that the reduction ``n`` over ``i`` reads as ``t[i]``, reading otherwise
+    plain inputs only (no other reduction: one riding the same loop would be incomplete), or None."""
+    i, body = n.args[1], loop_body(n)
+    read = {m.args[0] for m in body if m.op.name == "load" and m.args[0].op.name not in ("array", "table")}
+    if len(read) != 1 or any(m.op.name in REDUCTIONS for m in body):
+        return None
+    t = read.pop()
+    if t.op.name != "tensor" or t.shape != (i.payload[1],) or not all(
+            len(m.args) == 2 and m.args[1] is i for m in body if m.op.name == "load" and m.args[0] is t):
+        return None
+    return t
 
 
 def loaded(node: Expr) -> set:
