@@ -47,7 +47,7 @@ def _point(text: str) -> dict[str, float]:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, as every other error (argparse adds the usage)
-        raise CliError(f"{message} (see symgrad --help)")
+        raise CliError(f"{message} (see symgrad --help)".replace("\n", "\\n"))  # (an argument may hold one)
 
 
 def _parser() -> argparse.ArgumentParser:

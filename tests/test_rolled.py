@@ -128,6 +128,20 @@ def test_index_ranges():
         value_range(i // 1.5)
 
 
+def test_asking_whether_a_value_is_index_arithmetic_prints_nothing():
+    """The planner and the emitters ask value_range whether arbitrary nodes are index arithmetic and
+    catch its TypeError: its message, which prints the expression (an LSTM gradient's scan: 57 s of
+    a 60 s first call), is made when shown only."""
+    from unittest import mock
+
+    x, i = array("x", 4), index("i", 4)
+    with mock.patch.object(sg.Expr, "__str__", side_effect=AssertionError("printed")):
+        for e in (subscript(x, i) * 2, i * 1.5, sg.sin(i)):
+            with pytest.raises(TypeError) as caught:
+                value_range(e)
+    assert "an index can read tables" in str(caught.value) or "sin is not allowed" in str(caught.value)
+
+
 @pytest.mark.parametrize("build, error, match", [
     (lambda x, i: subscript(x, i + 2), IndexError, r"x\[i \+ 2\]: the index i \+ 2 takes values 2\.\.5, outside "
                                                    r"0\.\.4, with i in 0\.\.3"),
