@@ -22,8 +22,8 @@ hess = sg.hessian(rosen, sparse=True)
 vg(x0), hess(x0)
 ready = time.perf_counter() - start
 H = hess(x0)
-print(f"n = {N}: gradient ({vg.compiled.n_ops} ops) and sparse Hessian ({H.nnz} nonzeros of {N * N}, "
-      f"{hess.compiled.n_ops} ops) ready in {ready:.2f} s")
+print(f"n = {N}: gradient ({vg.compiled.n_ops} ops) and sparse Hessian ({H.nnz} nonzeros of {N * N}: one "
+      f"Hessian-vector product per colour of its columns) ready in {ready:.2f} s")
 
 
 def solve(label, **kw):

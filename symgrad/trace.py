@@ -1131,6 +1131,7 @@ class Function:
         names = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
         self.static_argnames = frozenset(names)
         self._traces: OrderedDict = OrderedDict()
+        self._sparse_hessians: OrderedDict = OrderedDict()  # signature -> RolledSparseHessian, or None
         self._last: Trace | None = None
         self._fallback = True  # element by element where the rolled trace fails (False: raise)
         self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
@@ -1259,6 +1260,24 @@ class Function:
                 return t
         return None
 
+    def _rolled_sparse(self, key: tuple, args: tuple, kwargs: dict) -> Any:
+        """A sparse Hessian of arrays of ``ROLLED_MIN`` elements or more from the rolled gradient
+        (sparse_rolled.RolledSparseHessian), made once per signature; None where the function has
+        no rolled gradient (the element path's, as before) or this is not one."""
+        if self.transform != "hessian" or not isinstance(self.argnums_spec, int) or _tracing.depth or \
+                not self._large(args, kwargs):
+            return None
+        if key not in self._sparse_hessians:
+            from symgrad.sparse_rolled import RolledSparseHessian
+
+            try:
+                self._sparse_hessians[key] = RolledSparseHessian(self, args, kwargs)
+            except (TracingError, NotImplementedError, TypeError):
+                self._sparse_hessians[key] = None
+            if len(self._sparse_hessians) > MAX_TRACES:
+                self._sparse_hessians.popitem(last=False)
+        return self._sparse_hessians[key]
+
     def _retraced(self, why: str) -> None:
         """One warning when tracing again keeps happening."""
         self._changes += 1
@@ -1328,6 +1347,9 @@ class Function:
         if self.rule.extra == "v":
             return self.call(*self._split_extra(args, kwargs))
         key = self._key(args, kwargs)
+        sparse = self._rolled_sparse(key, args, kwargs) if self.sparse and key is not None else None
+        if sparse is not None:
+            return sparse(args, kwargs)
         t = None if key is None or _tracing.depth else self._cached(key, args, kwargs)
         if t is None:
             return self.call(args, kwargs)

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 
 from symgrad.expr.build import const
 from symgrad.expr.diff import _check_wrt, _reverse, _scalar, jvp
 from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.rolled import index, substitute_indices
 from symgrad.expr.traverse import as_expr_list, topo_order
 
 _EMPTY: frozenset = frozenset()
@@ -150,3 +152,162 @@ def sparse_hessian(f: Any, wrt: Any) -> SparseExprs:
     flat = _scalar_wrt(wrt, "hessian")
     g = _reverse([_scalar(f, "hessian")], flat)[0]
     return _compressed(g, flat, dependencies(g, flat))
+
+
+def rolled_pattern(outputs: list[Expr], inputs: list[Expr]) -> scipy.sparse.csr_matrix:
+    """The Jacobian pattern of rolled ``outputs`` (arrays or scalars, raveled and stacked) with respect
+    to ``inputs`` (arrays and scalar variables, raveled and stacked): True where an output element
+    depends on an input element through differentiable arguments. Found from the addresses (affine,
+    periodic, table), vectorised: each array's dependencies are a sparse matrix, an array read at
+    addresses a selection of the rows of its own (time and memory in proportion to the nonzeros).
+    Never misses a nonzero; may hold structural zeros (both branches of a ``where``).
+
+    >>> import symgrad as sg
+    >>> x, i = sg.array("x", 5), sg.index("i", 4)
+    >>> rolled_pattern([sg.tensor(x[i] * x[i + 1], i)], [x]).toarray().astype(int)
+    array([[1, 1, 0, 0, 0],
+           [0, 1, 1, 0, 0],
+           [0, 0, 1, 1, 0],
+           [0, 0, 0, 1, 1]])
+    """
+    sizes = [int(np.prod(v.shape)) if v.op.name == "array" else 1 for v in inputs]
+    starts = np.cumsum([0, *sizes])
+    n = int(starts[-1])
+    deps: dict[Expr, scipy.sparse.csr_matrix] = {}
+    for v, start, size in zip(inputs, starts, sizes):
+        deps[v] = scipy.sparse.csr_matrix((np.ones(size, dtype=bool), (np.arange(size), start + np.arange(size))),
+                                          shape=(size, n))
+    for node in topo_order(outputs):
+        if node in deps or not node.op.array_valued:
+            continue
+        name = node.op.name
+        if name in ("array", "table"):
+            deps[node] = scipy.sparse.csr_matrix((int(np.prod(node.shape)), n), dtype=bool)
+        elif name == "tensor":
+            deps[node] = _body_deps(node.args[0], node.args[1:], deps, n)
+        elif name == "scatter":
+            shape, k = node.payload
+            over = node.args[1 + k:]
+            grid = _Grid(over)
+            at = np.ravel_multi_index(tuple(np.broadcast_to(_indexed(a, grid), grid.shape).ravel()
+                                            for a in node.args[1:1 + k]), shape)
+            spread = scipy.sparse.csr_matrix((np.ones(at.size, dtype=bool), (at, np.arange(at.size))),
+                                             shape=(int(np.prod(shape)), at.size))
+            deps[node] = _bool(spread @ _body_deps(node.args[0], over, deps, n))
+        elif name == "cumsum":  # each element: those before it along the axis (after, reversed)
+            (axis, reverse), shape = node.payload, node.shape
+            before = scipy.sparse.tril(np.ones((shape[axis],) * 2, dtype=bool))
+            outer, inner = (scipy.sparse.identity(int(np.prod(part)), dtype=bool)
+                            for part in (shape[:axis], shape[axis + 1:]))
+            chain = scipy.sparse.kron(scipy.sparse.kron(outer, before.T if reverse else before), inner)
+            deps[node] = _bool(chain @ deps[node.args[0]])
+        elif name == "scan":  # (every carry on everything the scan reads: no finer pattern yet)
+            read = _bool(sum((scipy.sparse.csr_matrix(deps[a].sum(axis=0) > 0) for a in node.args),
+                             scipy.sparse.csr_matrix((1, n), dtype=bool)))
+            deps[node] = _bool(scipy.sparse.csr_matrix(np.ones((int(np.prod(node.shape)), 1), dtype=bool)) @ read)
+        else:
+            raise NotImplementedError(f"the sparsity of {name} arrays (rolled) is not found yet")
+    rows = [deps[o] if o.op.array_valued else _body_deps(o, (), deps, n) for o in outputs]
+    return scipy.sparse.vstack(rows, format="csr") if rows else scipy.sparse.csr_matrix((0, n), dtype=bool)
+
+
+class _Grid:
+    """The index symbols of a loop nest as broadcastable aranges, the nest's own first."""
+
+    def __init__(self, indices: tuple) -> None:
+        self.indices = tuple(indices)
+        self.axes = {i: k for k, i in enumerate(self.indices)}
+        self.shape = tuple(i.payload[1] for i in self.indices)
+
+    def widened(self, more: list[Expr]) -> _Grid:
+        return _Grid(self.indices + tuple(i for i in more if i not in self.axes))
+
+    def arange(self, i: Expr) -> np.ndarray:
+        shape = [1] * len(self.indices)
+        shape[self.axes[i]] = i.payload[1]
+        return np.arange(i.payload[1]).reshape(shape)
+
+
+_INTEGER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "mod": np.mod, "floor_divide": np.floor_divide}
+
+
+def _indexed(e: Expr, grid: _Grid) -> np.ndarray:
+    """The integer values of the index expression ``e`` over ``grid`` (broadcastable to it)."""
+    values: dict[Expr, Any] = {}
+    for node in topo_order([e]):
+        name = node.op.name
+        if name == "index":
+            values[node] = grid.arange(node)
+        elif name == "const":
+            values[node] = int(node.payload)
+        elif name == "neg":
+            values[node] = -values[node.args[0]]
+        elif name in _INTEGER:
+            values[node] = _INTEGER[name](values[node.args[0]], values[node.args[1]])
+        elif name == "load" and node.args[0].op.name == "table":
+            table = np.array(node.args[0].payload[1], dtype=np.int64).reshape(node.args[0].payload[0])
+            values[node] = table[tuple(np.clip(values[a], 0, size - 1)  # (guarded: discarded outside)
+                                       for a, size in zip(node.args[1:], table.shape))]
+        elif name != "table":
+            raise NotImplementedError(f"the sparsity of an address through {name} is not found yet")
+    return values[e]
+
+
+def _body_deps(body: Expr, own: tuple, deps: dict, n: int) -> scipy.sparse.csr_matrix:
+    """The dependencies of each element of ``body`` over the indices ``own`` (rows in C order)."""
+    grid = _Grid(own)
+    rows_of = lambda g: np.ravel_multi_index(tuple(np.broadcast_to(g.arange(i), g.shape).ravel()  # noqa: E731
+                                                   for i in own), grid.shape) if own else np.zeros(
+        int(np.prod(g.shape)), dtype=np.int64)
+    found = scipy.sparse.csr_matrix((int(np.prod(grid.shape)), n), dtype=bool)
+    for leaf in _differentiable_leaves(body):
+        if leaf.op.name == "var":
+            if leaf in deps:
+                found = found + scipy.sparse.csr_matrix(np.ones((found.shape[0], 1), dtype=bool)) @ deps[leaf]
+            continue
+        source, addresses = leaf.args[0], leaf.args[1:]
+        wide = grid.widened(sorted({i for a in addresses for i in a.free} - set(own), key=lambda i: i.payload))
+        at = [np.broadcast_to(_indexed(a, wide), wide.shape).ravel() for a in addresses]
+        rows = rows_of(wide)
+        inside = np.ones(rows.size, dtype=bool)
+        for a, size in zip(at, source.shape):
+            inside &= (0 <= a) & (a < size)  # (a guarded load outside its array: its value is discarded)
+        flat = np.ravel_multi_index(tuple(a[inside] for a in at), source.shape) if at else np.zeros(
+            int(inside.sum()), dtype=np.int64)
+        pick = scipy.sparse.csr_matrix((np.ones(flat.size, dtype=bool), (rows[inside], flat)),
+                                       shape=(found.shape[0], int(np.prod(source.shape))))
+        found = found + pick @ deps[source]
+    return _bool(found)
+
+
+def _differentiable_leaves(body: Expr) -> list[Expr]:
+    """The loads (of arrays, not tables) and variables ``body`` reaches through differentiable
+    arguments: a where's condition, a comparison's arguments and an address are not. A reduction's
+    index is renamed fresh in its body: it may have the name of an index of the loop around (a
+    norm's sum over ``j, k`` inside a tensor over ``j, k``), and ranges over all its values there."""
+    leaves, seen, stack = [], set(), [body]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        name = node.op.name
+        if name == "load":
+            if node.args[0].op.name != "table":
+                leaves.append(node)
+        elif name == "var":
+            leaves.append(node)
+        elif name in ("sum", "max", "min"):
+            i = node.args[1]
+            stack.append(substitute_indices(node.args[0], {i: index(f"{i.payload[0]}~{len(seen)}", i.payload[1])}))
+        elif node.op.kind == "rolled":
+            stack.append(node.args[0])
+        else:
+            stack += [a for a, p in zip(node.args, node.op.partials) if p is not None]
+    return leaves
+
+
+def _bool(m: scipy.sparse.spmatrix) -> scipy.sparse.csr_matrix:
+    m = scipy.sparse.csr_matrix(m, dtype=bool)
+    m.eliminate_zeros()
+    return m
