@@ -1,11 +1,13 @@
-"""Sparse Hessians of functions of large arrays, without an element-by-element trace.
+"""Sparse Jacobians and Hessians of functions of large arrays, without an element-by-element trace.
 
-``sg.hessian(fn, sparse=True)`` of a function traced onto rolled arrays: the pattern is the
-dependencies of the rolled gradient on the argument, found from its addresses
+``sg.jacobian(fn, sparse=True)`` and ``sg.hessian(fn, sparse=True)`` of a function traced onto
+rolled arrays: the pattern is the dependencies of the rolled outputs (a Hessian's: of the rolled
+gradient) on the differentiated argument, found from their addresses
 (``expr.sparsity.rolled_pattern``, vectorised, in proportion to the nonzeros); its columns are
-coloured (``compile.colouring``); one compiled Hessian-vector product per colour, with the seed
-that is 1 on that colour's columns, gives every entry of those columns at once, read back into
-CSR order. The chained Rosenbrock function at a million variables: three products.
+coloured (``compile.colouring``); one compiled product per colour, a Jacobian-vector product
+(forward mode) or a Hessian-vector product (forward over reverse) with the seed that is 1 on that
+colour's columns, gives every entry of those columns at once, read back into CSR order. The
+chained Rosenbrock function at a million variables: three products.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
+from symgrad import pytree
 from symgrad.compile.colouring import colour_columns
 from symgrad.expr.sparsity import rolled_pattern
 
 
-class RolledSparseHessian:
-    """The sparse Hessian of ``owner``'s function (an ``sg.hessian(fn, sparse=True)``) at arguments of
-    one shape: the pattern and colours found once, each call ``colours`` Hessian-vector products.
+class RolledSparse:
+    """The sparse Jacobian or Hessian of ``owner``'s function (an ``sg.jacobian`` / ``sg.hessian`` with
+    ``sparse=True``) at arguments of one signature: the pattern and colours found once, each call one
+    product per colour.
 
     >>> import numpy as np, symgrad as sg
     >>> h = sg.hessian(lambda x: np.sum(x[:-1] * x[1:] ** 2), sparse=True)
@@ -33,27 +37,47 @@ class RolledSparseHessian:
     def __init__(self, owner: Any, args: tuple, kwargs: dict) -> None:
         from symgrad.trace import Function
 
-        options = dict(argnums=owner.argnums_spec, static_argnums=tuple(owner.static_argnums),
-                       static_argnames=tuple(owner.static_argnames), backend=owner.backend)
-        grad = Function(owner.fn, "grad", **options)
-        grad._fallback = False  # (rolled, or the element path's sparse Hessian)
-        grad(*args, **kwargs)
-        program = grad.compiled.program
+        options = dict(static_argnums=tuple(owner.static_argnums), static_argnames=tuple(owner.static_argnames),
+                       backend=owner.backend)
+        self.argnum, hessian = owner.argnums_spec, owner.transform == "hessian"
+        traced = Function(owner.fn, "grad" if hessian else "jit", argnums=self.argnum, **options) if hessian \
+            else Function(owner.fn, "jit", **options)
+        traced._fallback = False  # (rolled, or the element path's)
+        traced(*args, **kwargs)
+        program = traced.compiled.program
         if not hasattr(program, "roots"):
-            raise NotImplementedError("the gradient has no rolled form")
-        pattern = rolled_pattern(list(program.roots), list(program.inputs.exprs))
-        self.pattern = (pattern + pattern.T).tocsr()  # (a Hessian's: symmetric)
+            raise NotImplementedError("no rolled form")
+        inputs = list(program.inputs.exprs)
+        wrt = 0 if hessian else len(pytree.flatten(args[:self.argnum])[0])  # (jit's inputs: every leaf)
+        pattern = rolled_pattern(list(program.roots), inputs)
+        pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
+        self.pattern = (pattern + pattern.T).tocsr() if hessian else pattern.tocsr()
         self.pattern.sort_indices()
         self.colour = colour_columns(self.pattern)
         self.colours = int(self.colour.max(initial=-1)) + 1
-        self.shape = np.shape(args[owner.argnums_spec])
-        self.seeds = [(self.colour == k).astype(float).reshape(self.shape) for k in range(self.colours)]
+        shape = np.shape(args[self.argnum])
+        self.seeds = [(self.colour == k).astype(float).reshape(shape) for k in range(self.colours)]
         self.rows = np.repeat(np.arange(self.pattern.shape[0]), np.diff(self.pattern.indptr))
-        self.hvp = Function(owner.fn, "hvp", **options)
-        self.hvp._fallback = False
+        self.product = Function(owner.fn, "hvp", argnums=self.argnum, **options) if hessian else \
+            Function(owner.fn, "jvp", **options)
+        self.product._fallback = False
+        self.hessian = hessian
+
+    def _times(self, args: tuple, kwargs: dict, seed: np.ndarray) -> np.ndarray:
+        """The matrix times ``seed``, raveled."""
+        if self.hessian:
+            return np.ravel(self.product(*args, seed, **kwargs))
+        tangents = tuple(seed if k == self.argnum else np.zeros_like(a, dtype=float) for k, a in enumerate(args))
+        return np.ravel(self.product.call(args, kwargs, tangents)[1])
 
     def __call__(self, args: tuple, kwargs: dict) -> scipy.sparse.csr_matrix:
-        products = np.stack([np.ravel(self.hvp(*args, seed, **kwargs)) for seed in self.seeds]) if self.seeds \
+        products = np.stack([self._times(args, kwargs, seed) for seed in self.seeds]) if self.seeds \
             else np.zeros((0, self.pattern.shape[0]))
         data = products[self.colour[self.pattern.indices], self.rows]
         return scipy.sparse.csr_matrix((data, self.pattern.indices, self.pattern.indptr), shape=self.pattern.shape)
+
+
+def _columns_of(pattern: scipy.sparse.csr_matrix, inputs: list, first: int, size: int) -> scipy.sparse.csr_matrix:
+    """The columns of ``pattern`` (over all ``inputs``, raveled in order) that belong to input ``first``."""
+    start = sum(int(np.prod(v.shape)) if v.op.name == "array" else 1 for v in inputs[:first])
+    return pattern[:, start:start + size]

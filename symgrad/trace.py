@@ -1131,7 +1131,7 @@ class Function:
         names = (static_argnames,) if isinstance(static_argnames, str) else static_argnames
         self.static_argnames = frozenset(names)
         self._traces: OrderedDict = OrderedDict()
-        self._sparse_hessians: OrderedDict = OrderedDict()  # signature -> RolledSparseHessian, or None
+        self._sparse_rolled: OrderedDict = OrderedDict()  # signature -> RolledSparse, or None
         self._last: Trace | None = None
         self._fallback = True  # element by element where the rolled trace fails (False: raise)
         self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
@@ -1261,22 +1261,21 @@ class Function:
         return None
 
     def _rolled_sparse(self, key: tuple, args: tuple, kwargs: dict) -> Any:
-        """A sparse Hessian of arrays of ``ROLLED_MIN`` elements or more from the rolled gradient
-        (sparse_rolled.RolledSparseHessian), made once per signature; None where the function has
-        no rolled gradient (the element path's, as before) or this is not one."""
-        if self.transform != "hessian" or not isinstance(self.argnums_spec, int) or _tracing.depth or \
-                not self._large(args, kwargs):
+        """A sparse Jacobian or Hessian of arrays of ``ROLLED_MIN`` elements or more, rolled
+        (sparse_rolled.RolledSparse), made once per signature; None where the function has no rolled
+        form (the element path's, as before)."""
+        if not isinstance(self.argnums_spec, int) or _tracing.depth or not self._large(args, kwargs):
             return None
-        if key not in self._sparse_hessians:
-            from symgrad.sparse_rolled import RolledSparseHessian
+        if key not in self._sparse_rolled:
+            from symgrad.sparse_rolled import RolledSparse
 
             try:
-                self._sparse_hessians[key] = RolledSparseHessian(self, args, kwargs)
+                self._sparse_rolled[key] = RolledSparse(self, args, kwargs)
             except (TracingError, NotImplementedError, TypeError):
-                self._sparse_hessians[key] = None
-            if len(self._sparse_hessians) > MAX_TRACES:
-                self._sparse_hessians.popitem(last=False)
-        return self._sparse_hessians[key]
+                self._sparse_rolled[key] = None
+            if len(self._sparse_rolled) > MAX_TRACES:
+                self._sparse_rolled.popitem(last=False)
+        return self._sparse_rolled[key]
 
     def _retraced(self, why: str) -> None:
         """One warning when tracing again keeps happening."""

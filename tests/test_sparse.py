@@ -84,7 +84,7 @@ grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
 assert isinstance(H, scipy.sparse.csr_matrix) and H.shape == (n, n) and H.nnz == 3 * n - 2
 assert abs(H - rosen_hessian(x)).max() <= 1e-12 * abs(rosen_hessian(x)).max()
 assert grown < n * n * 8 / 2, f"peak grew {grown / 1e6:.0f} MB: something n x n was allocated"
-assert [s.colours for s in h._sparse_hessians.values()] == [3]  # (rolled: three Hessian-vector products)
+assert [s.colours for s in h._sparse_rolled.values()] == [3]  # (rolled: three Hessian-vector products)
 print("ok")
 """
 
@@ -215,7 +215,7 @@ def test_sparse_hessians_of_large_arrays_are_the_dense_ones(fn, n):
     h = sg.hessian(fn, sparse=True)
     H = h(*args)
     assert isinstance(H, scipy.sparse.csr_matrix) and H.shape == (n, n) and H.has_sorted_indices
-    assert len(h._sparse_hessians) == 1 and None not in h._sparse_hessians.values()
+    assert len(h._sparse_rolled) == 1 and None not in h._sparse_rolled.values()
     if n <= 4000:
         dense = sg.hessian(fn, backend="vm")(*args)
         np.testing.assert_allclose(H.toarray(), dense, rtol=1e-10, atol=1e-10)
@@ -229,3 +229,33 @@ def test_sparse_hessians_of_large_arrays_are_the_dense_ones(fn, n):
         column = (g(x + e, *args[1:]) - g(x - e, *args[1:])) / (2 * step)
         np.testing.assert_allclose(H[:, j].toarray().ravel(), column, rtol=1e-5, atol=1e-5)
     assert abs(H - H.T).max() <= 1e-12 * max(1.0, abs(H).max())
+
+
+def _defects(z, dt):
+    """Trapezoidal collocation defects of a double integrator (positions, velocities, controls in z)."""
+    p, v, u = z.reshape(3, -1)
+    return np.concatenate([p[1:] - p[:-1] - dt * (v[1:] + v[:-1]) / 2,
+                           v[1:] - v[:-1] - dt * (np.sin(u[1:]) + np.sin(u[:-1])) / 2, p[:1] * v[:1]])
+
+
+@pytest.mark.parametrize("fn, n, args", [(_defects, 1500, (0.01,)), (lambda x: x[1:] * np.exp(x[:-1]), 3000, ())])
+def test_sparse_jacobians_of_large_arrays_are_the_dense_ones(fn, n, args):
+    """sg.jacobian(fn, sparse=True) of arrays of ROLLED_MIN elements or more: the pattern from the rolled
+    outputs' addresses (a concatenation's parts only where they are: 4 nonzeros a defect row, not
+    every part's in every row), one Jacobian-vector product per colour. Every entry the dense rolled
+    Jacobian's (the VM's) and central differences'."""
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-1, 1, n)
+    j = sg.jacobian(fn, sparse=True)
+    J = j(x, *args)
+    dense = sg.jacobian(fn, backend="vm")(x, *args)
+    assert isinstance(J, scipy.sparse.csr_matrix) and J.shape == dense.shape
+    assert None not in j._sparse_rolled.values()
+    np.testing.assert_array_equal(J.toarray(), dense)
+    assert J.nnz == np.count_nonzero(dense)  # (no structural zero here)
+    step = 1e-6
+    for k in rng.choice(n, 3, replace=False):
+        e = np.zeros(n)
+        e[k] = step
+        np.testing.assert_allclose(J[:, k].toarray().ravel(), (fn(x + e, *args) - fn(x - e, *args)) / (2 * step),
+                                   rtol=1e-6, atol=1e-6)

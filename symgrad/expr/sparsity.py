@@ -19,7 +19,7 @@ import scipy.sparse
 from symgrad.expr.build import const
 from symgrad.expr.diff import _check_wrt, _reverse, _scalar, jvp
 from symgrad.expr.node import Expr, paused_gc
-from symgrad.expr.rolled import index, substitute_indices
+from symgrad.expr.rolled import index, substitute_indices, value_range
 from symgrad.expr.traverse import as_expr_list, topo_order
 
 _EMPTY: frozenset = frozenset()
@@ -256,54 +256,82 @@ def _indexed(e: Expr, grid: _Grid) -> np.ndarray:
 def _body_deps(body: Expr, own: tuple, deps: dict, n: int) -> scipy.sparse.csr_matrix:
     """The dependencies of each element of ``body`` over the indices ``own`` (rows in C order)."""
     grid = _Grid(own)
-    rows_of = lambda g: np.ravel_multi_index(tuple(np.broadcast_to(g.arange(i), g.shape).ravel()  # noqa: E731
-                                                   for i in own), grid.shape) if own else np.zeros(
-        int(np.prod(g.shape)), dtype=np.int64)
     found = scipy.sparse.csr_matrix((int(np.prod(grid.shape)), n), dtype=bool)
-    for leaf in _differentiable_leaves(body):
+    for leaf, conditions in _differentiable_leaves(body):
+        wide = grid.widened(sorted({i for a in (*leaf.args[1:], *(c for c, _ in conditions)) for i in a.free}
+                                   - set(own), key=lambda i: i.payload))
+        rows = np.ravel_multi_index(tuple(np.broadcast_to(wide.arange(i), wide.shape).ravel() for i in own),
+                                    grid.shape) if own else np.zeros(int(np.prod(wide.shape)), dtype=np.int64)
+        taken = np.ones(rows.size, dtype=bool)
+        for condition, holds in conditions:  # (a branch of a where on indices: only where it is taken)
+            taken &= np.broadcast_to(_decided(condition, wide), wide.shape).ravel() == holds
         if leaf.op.name == "var":
             if leaf in deps:
-                found = found + scipy.sparse.csr_matrix(np.ones((found.shape[0], 1), dtype=bool)) @ deps[leaf]
+                found = found + scipy.sparse.csr_matrix(
+                    (np.ones(int(taken.sum()), dtype=bool), (rows[taken], np.zeros(int(taken.sum()), dtype=int))),
+                    shape=(found.shape[0], 1)) @ deps[leaf]
             continue
-        source, addresses = leaf.args[0], leaf.args[1:]
-        wide = grid.widened(sorted({i for a in addresses for i in a.free} - set(own), key=lambda i: i.payload))
-        at = [np.broadcast_to(_indexed(a, wide), wide.shape).ravel() for a in addresses]
-        rows = rows_of(wide)
-        inside = np.ones(rows.size, dtype=bool)
+        source = leaf.args[0]
+        at = [np.broadcast_to(_indexed(a, wide), wide.shape).ravel() for a in leaf.args[1:]]
         for a, size in zip(at, source.shape):
-            inside &= (0 <= a) & (a < size)  # (a guarded load outside its array: its value is discarded)
-        flat = np.ravel_multi_index(tuple(a[inside] for a in at), source.shape) if at else np.zeros(
-            int(inside.sum()), dtype=np.int64)
-        pick = scipy.sparse.csr_matrix((np.ones(flat.size, dtype=bool), (rows[inside], flat)),
+            taken &= (0 <= a) & (a < size)  # (a guarded load outside its array: its value is discarded)
+        flat = np.ravel_multi_index(tuple(a[taken] for a in at), source.shape) if at else np.zeros(
+            int(taken.sum()), dtype=np.int64)
+        pick = scipy.sparse.csr_matrix((np.ones(flat.size, dtype=bool), (rows[taken], flat)),
                                        shape=(found.shape[0], int(np.prod(source.shape))))
         found = found + pick @ deps[source]
     return _bool(found)
 
 
-def _differentiable_leaves(body: Expr) -> list[Expr]:
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+            "ne": np.not_equal}
+
+
+def _decided(condition: Expr, grid: _Grid) -> np.ndarray:
+    """Whether ``condition``, a comparison of index arithmetic, holds over ``grid``."""
+    return _COMPARE[condition.op.name](*(_indexed(a, grid) for a in condition.args))
+
+
+def _on_indices(condition: Expr) -> bool:
+    """Whether ``condition`` compares index arithmetic only (decided by the indices, not values)."""
+    if condition.op.name not in _COMPARE:
+        return False
+    try:
+        return all(value_range(a) is not None for a in condition.args)
+    except (TypeError, OverflowError):
+        return False
+
+
+def _differentiable_leaves(body: Expr) -> list[tuple[Expr, tuple]]:
     """The loads (of arrays, not tables) and variables ``body`` reaches through differentiable
-    arguments: a where's condition, a comparison's arguments and an address are not. A reduction's
-    index is renamed fresh in its body: it may have the name of an index of the loop around (a
-    norm's sum over ``j, k`` inside a tensor over ``j, k``), and ranges over all its values there."""
-    leaves, seen, stack = [], set(), [body]
+    arguments (a where's condition, a comparison's arguments and an address are not), each with the
+    conditions on indices of the wheres it sits in a branch of, and which branch: (condition, True)
+    for the first. A reduction's index is renamed fresh in its body: it may have the name of an
+    index of the loop around (a norm's sum over ``j, k`` inside a tensor over ``j, k``), and ranges
+    over all its values there."""
+    leaves, seen, stack = [], set(), [(body, ())]
     while stack:
-        node = stack.pop()
-        if node in seen:
+        node, conditions = item = stack.pop()
+        if item in seen:
             continue
-        seen.add(node)
+        seen.add(item)
         name = node.op.name
         if name == "load":
             if node.args[0].op.name != "table":
-                leaves.append(node)
+                leaves.append(item)
         elif name == "var":
-            leaves.append(node)
+            leaves.append(item)
+        elif name == "where" and _on_indices(node.args[0]):
+            stack += [(node.args[1], (*conditions, (node.args[0], True))),
+                      (node.args[2], (*conditions, (node.args[0], False)))]
         elif name in ("sum", "max", "min"):
             i = node.args[1]
-            stack.append(substitute_indices(node.args[0], {i: index(f"{i.payload[0]}~{len(seen)}", i.payload[1])}))
+            fresh = index(f"{i.payload[0]}~{len(seen)}", i.payload[1])
+            stack.append((substitute_indices(node.args[0], {i: fresh}), conditions))
         elif node.op.kind == "rolled":
-            stack.append(node.args[0])
+            stack.append((node.args[0], conditions))
         else:
-            stack += [a for a, p in zip(node.args, node.op.partials) if p is not None]
+            stack += [(a, conditions) for a, p in zip(node.args, node.op.partials) if p is not None]
     return leaves
 
 
