@@ -403,6 +403,71 @@ def sparse_hessian() -> None:
             row(name, "JAX jit(hessian) (dense n x n)", "per call", per_call(jh, w), base)
 
 
+def collocation() -> None:
+    """The cart-pole swing-up by direct collocation (examples/collocation.py), N = 2000: 10,005
+    variables, solved by IPOPT through symgrad (sg.minimize) and through CasADi's nlpsol on the same
+    equations; setup (derivatives built, compiled), IPOPT's iterations and time per iteration."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
+    import collocation as cp
+    from scipy.optimize import NonlinearConstraint
+
+    if importlib.util.find_spec("cyipopt") is None:
+        return
+    name = f"cart-pole swing-up, collocation N={cp.N} ({5 * (cp.N + 1)} variables), IPOPT"
+    start = time.perf_counter()
+    problem = sg.optimize.Problem(cp.effort, [NonlinearConstraint(cp.defects, 0.0, 0.0)], cp.guess())
+    setup = time.perf_counter() - start
+    lower, upper = cp.bounds()
+    solves, spent = [], [0.0]
+    for method in ("objective", "gradient", "constraints", "jacobian", "hessian"):
+        setattr(problem, method, _timed(getattr(problem, method), spent))
+    for _ in range(2):  # (the first on the loop VM while Numba compiles, the second on Numba's loops)
+        spent[0], start = 0.0, time.perf_counter()
+        result = sg.optimize._ipopt(problem, cp.guess(), lower, upper, {"tol": 1e-8})
+        solves.append(((time.perf_counter() - start) / max(result.nit, 1), spent[0] / max(result.nit, 1)))
+        assert result.success
+        problem.ready()
+    tool = f"symgrad sg.minimize(method='ipopt') ({result.nit} iterations, effort {result.fun:.6f})"
+    row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
+    row(name, tool, "per IPOPT iteration, first solve", solves[0][0], None)
+    row(name, tool, "per IPOPT iteration", solves[1][0], None)
+    row(name, tool, "functions and derivatives, per iteration", solves[1][1], None)
+    if HAVE["casadi"]:
+        start = time.perf_counter()
+        z = ca.SX.sym("z", 5 * (cp.N + 1))
+        join = lambda parts: ca.vertcat(*parts)  # noqa: E731
+        nlp = {"x": z, "f": _casadi_effort(cp, z), "g": cp.defects(z, ca, join)}
+        solver = ca.nlpsol("S", "ipopt", nlp, {"ipopt": {"tol": 1e-8, "print_level": 0, "sb": "yes"},
+                                                 "print_time": False})
+        setup = time.perf_counter() - start
+        start = time.perf_counter()
+        out = solver(x0=cp.guess(), lbx=lower, ubx=upper, lbg=0.0, ubg=0.0)
+        solve, stats = time.perf_counter() - start, solver.stats()
+        assert stats["success"] and abs(float(out["f"]) - result.fun) < 1e-6 * abs(result.fun)
+        tool = f"CasADi SX nlpsol('ipopt') ({stats['iter_count']} iterations, effort {float(out['f']):.6f})"
+        row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
+        row(name, tool, "per IPOPT iteration", solve / max(stats["iter_count"], 1), None)
+        derivatives = sum(stats.get(f"t_wall_{k}", 0.0)
+                          for k in ("nlp_f", "nlp_g", "nlp_grad_f", "nlp_jac_g", "nlp_hess_l"))
+        row(name, tool, "functions and derivatives, per iteration", derivatives / max(stats["iter_count"], 1),
+            None)
+
+
+def _timed(method, spent):
+    def timed(*args):
+        start = time.perf_counter()
+        try:
+            return method(*args)
+        finally:
+            spent[0] += time.perf_counter() - start
+    return timed
+
+
+def _casadi_effort(cp, z):
+    u = cp.unpack(z)[4]
+    return cp.T / cp.N * (ca.sumsqr(u) - (u[0] ** 2 + u[-1] ** 2) / 2)
+
+
 def jax_first_hessian(v):
     jh = jax.jit(jax.hessian(jax_rosen))
     jax.block_until_ready(jh(v))
@@ -853,7 +918,7 @@ def write(path: Path) -> str:
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
     for step in (vm_warmup, p1, p2, p3, p4, p5, scalar_built, threshold, disk_cache, traced, sparse_hessian,
-                 bounded, import_time, rolled, numpy_code, recurrences, gradbench):
+                 collocation, bounded, import_time, rolled, numpy_code, recurrences, gradbench):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)

@@ -38,6 +38,7 @@ from symgrad.expr.scans import scan
 from symgrad.expr.serialize import FormatError, dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
+from symgrad.optimize import minimize
 from symgrad.parse import ParseError
 from symgrad.pytree import (
     ravel_pytree,

@@ -696,7 +696,7 @@ def root_of_squares(v: Any) -> Expr:
     return apply(ops.OPS["where"], (apply(ops.OPS["eq"], (v, 0.0)), 0.0, apply(ops.OPS["sqrt"], (v,))))
 
 
-MAX_PIECES = 8  # arrays joined by one concatenate / stack in rolled form
+MAX_PIECES = 16  # arrays joined by one concatenate / stack in rolled form (a constraint vector: 12)
 
 
 def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any) -> Expr:

@@ -11,16 +11,18 @@ Hessian of any size takes three sweeps over the gradient's graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse
 
 from symgrad.expr.build import const
 from symgrad.expr.diff import _check_wrt, _reverse, _scalar, jvp
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.rolled import index, substitute_indices, value_range
 from symgrad.expr.traverse import as_expr_list, topo_order
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 _EMPTY: frozenset = frozenset()
 
@@ -170,6 +172,8 @@ def rolled_pattern(outputs: list[Expr], inputs: list[Expr]) -> scipy.sparse.csr_
            [0, 0, 1, 1, 0],
            [0, 0, 0, 1, 1]])
     """
+    import scipy.sparse  # (here: importing SciPy's sparse costs 70 ms at symgrad's import)
+
     sizes = [int(np.prod(v.shape)) if v.op.name == "array" else 1 for v in inputs]
     starts = np.cumsum([0, *sizes])
     n = int(starts[-1])
@@ -255,6 +259,8 @@ def _indexed(e: Expr, grid: _Grid) -> np.ndarray:
 
 def _body_deps(body: Expr, own: tuple, deps: dict, n: int) -> scipy.sparse.csr_matrix:
     """The dependencies of each element of ``body`` over the indices ``own`` (rows in C order)."""
+    import scipy.sparse  # (here: importing SciPy's sparse costs 70 ms at symgrad's import)
+
     grid = _Grid(own)
     found = scipy.sparse.csr_matrix((int(np.prod(grid.shape)), n), dtype=bool)
     for leaf, conditions in _differentiable_leaves(body):
@@ -336,6 +342,8 @@ def _differentiable_leaves(body: Expr) -> list[tuple[Expr, tuple]]:
 
 
 def _bool(m: scipy.sparse.spmatrix) -> scipy.sparse.csr_matrix:
+    import scipy.sparse  # (here: importing SciPy's sparse costs 70 ms at symgrad's import)
+
     m = scipy.sparse.csr_matrix(m, dtype=bool)
     m.eliminate_zeros()
     return m
