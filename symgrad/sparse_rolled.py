@@ -31,7 +31,7 @@ class RolledSparse:
     >>> h = sg.hessian(lambda x: np.sum(x[:-1] * x[1:] ** 2), sparse=True)
     >>> H = h(np.linspace(0.0, 1.0, 4000))
     >>> H.shape, H.nnz
-    ((4000, 4000), 11998)
+    ((4000, 4000), 11997)
     """
 
     def __init__(self, owner: Any, args: tuple, kwargs: dict) -> None:
