@@ -46,8 +46,12 @@ ROWS: list[tuple[str, str, str, str, str]] = []  # problem, tool, metric, value,
 def settled(fn) -> float:
     """Seconds until tiered compilation has its final kernels in (a symgrad function first runs on
     the loop VM while Numba compiles it): 0 where nothing is pending."""
-    target = getattr(fn, "compiled", fn) if isinstance(fn, sg.Function) else fn
     start = time.perf_counter()
+    if isinstance(fn, sg.Function) and fn._last is None:  # a rolled sparse Jacobian / Hessian: its products
+        for sparse in fn._sparse_rolled.values():
+            sparse.product.compiled.ready()
+        return time.perf_counter() - start
+    target = getattr(fn, "compiled", fn) if isinstance(fn, sg.Function) else fn
     if isinstance(target, sg.Compiled):
         target.ready()
     return time.perf_counter() - start
