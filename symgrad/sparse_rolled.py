@@ -7,7 +7,9 @@ gradient) on the differentiated argument, found from their addresses
 coloured (``compile.colouring``); one compiled product per colour, a Jacobian-vector product
 (forward mode) or a Hessian-vector product (forward over reverse) with the seed that is 1 on that
 colour's columns, gives every entry of those columns at once, read back into CSR order. The
-chained Rosenbrock function at a million variables: three products.
+chained Rosenbrock function at a million variables: three products. A Jacobian's dense rows (a
+constraint on the sum of all variables) would give every column its own colour: each is one
+reverse sweep (a vector-Jacobian product) instead, the other rows coloured without them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import scipy.sparse
 from symgrad import pytree
 from symgrad.compile.colouring import colour_columns
 from symgrad.expr.sparsity import rolled_pattern
+
+DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
 
 
 class RolledSparse:
@@ -43,7 +47,7 @@ class RolledSparse:
         traced = Function(owner.fn, "grad" if hessian else "jit", argnums=self.argnum, **options) if hessian \
             else Function(owner.fn, "jit", **options)
         traced._fallback = False  # (rolled, or the element path's)
-        traced(*args, **kwargs)
+        result = traced(*args, **kwargs)
         program = traced.compiled.program
         if not hasattr(program, "roots"):
             raise NotImplementedError("no rolled form")
@@ -53,7 +57,12 @@ class RolledSparse:
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if hessian else pattern.tocsr()
         self.pattern.sort_indices()
-        self.colour = colour_columns(self.pattern)
+        counts = np.diff(self.pattern.indptr)
+        dense = np.zeros(counts.size, dtype=bool) if hessian or not isinstance(result, np.ndarray) else \
+            counts > max(DENSE_ROW, 16 * np.median(counts, overwrite_input=False) if counts.size else 0)
+        self.dense_rows, self.out_shape = np.flatnonzero(dense), np.shape(result)
+        self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
+                                     if dense.any() else self.pattern)
         self.colours = int(self.colour.max(initial=-1)) + 1
         shape = np.shape(args[self.argnum])
         self.seeds = [(self.colour == k).astype(float).reshape(shape) for k in range(self.colours)]
@@ -62,6 +71,7 @@ class RolledSparse:
             Function(owner.fn, "jvp", **options)
         self.product._fallback = False
         self.hessian = hessian
+        self.reverse = Function(owner.fn, "vjp", **options) if dense.any() else None
 
     def _times(self, args: tuple, kwargs: dict, seed: np.ndarray) -> np.ndarray:
         """The matrix times ``seed``, raveled."""
@@ -74,6 +84,12 @@ class RolledSparse:
         products = np.stack([self._times(args, kwargs, seed) for seed in self.seeds]) if self.seeds \
             else np.zeros((0, self.pattern.shape[0]))
         data = products[self.colour[self.pattern.indices], self.rows]
+        for r in self.dense_rows:  # (a row of all the columns: one reverse sweep, not a colour a column)
+            cotangent = np.zeros(self.pattern.shape[0])
+            cotangent[r] = 1.0
+            row = np.ravel(self.reverse.call(args, kwargs, cotangent.reshape(self.out_shape))[1][self.argnum])
+            lo, hi = self.pattern.indptr[r], self.pattern.indptr[r + 1]
+            data[lo:hi] = row[self.pattern.indices[lo:hi]]
         return scipy.sparse.csr_matrix((data, self.pattern.indices, self.pattern.indptr), shape=self.pattern.shape)
 
 

@@ -634,3 +634,24 @@ def test_arrays_of_traced_scalars_gathered_by_traced_integers_equal_numpy(shape,
     on_vm = sg.value_and_grad(f, backend="vm")(theta, idx)  # (the loop VM against the interpreter)
     assert on_vm[0] == pytest.approx(value, rel=1e-12, abs=1e-14)
     np.testing.assert_allclose(on_vm[1], grad, rtol=1e-12, atol=1e-14)
+
+
+def test_a_concatenation_closed_by_a_list_of_traced_scalars_rolls():
+    """``np.concatenate([defects, [np.sum(x ** 2) - 1, 2 * x[0]]])``, how constraint vectors end: the list of
+    traced scalars is a rolled array of them (it raised on float() and the whole function went element by
+    element: a sparse Jacobian at n = 5000 took 227 s). Values, the Jacobian against central differences."""
+    import warnings
+
+    def c(x):
+        return np.concatenate([x[1:] - x[:-1] ** 2, [np.sum(x ** 2) - 1.0, x[0] * 2]])
+
+    x = np.cos(np.arange(300.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no fallback to element-by-element tracing)
+        f, jac = sg.jit(c, backend="vm"), sg.jacobian(c, backend="vm")
+        np.testing.assert_allclose(f(x), c(x), rtol=1e-13, atol=1e-13)
+        J = jac(x)
+    assert "rolled" in f.explain()
+    step, eye = 1e-6, np.eye(300)
+    fd = np.stack([(c(x + step * eye[k]) - c(x - step * eye[k])) / (2 * step) for k in range(300)], axis=1)
+    np.testing.assert_allclose(J, fd, rtol=1e-6, atol=1e-6)

@@ -259,3 +259,18 @@ def test_sparse_jacobians_of_large_arrays_are_the_dense_ones(fn, n, args):
         e[k] = step
         np.testing.assert_allclose(J[:, k].toarray().ravel(), (fn(x + e, *args) - fn(x - e, *args)) / (2 * step),
                                    rtol=1e-6, atol=1e-6)
+
+
+def test_a_dense_jacobian_row_is_one_reverse_sweep_not_a_colour_a_column():
+    """A constraint on all the variables (``np.sum(x ** 2) - 1`` closing the vector) makes a row of n
+    nonzeros: column colouring alone gives each column its own colour (n products: 117 s at n = 5000). The
+    row is one vector-Jacobian product instead, the other rows coloured without it (2 colours)."""
+    def c(x):
+        return np.concatenate([x[1:] - x[:-1] ** 2, [np.sum(x ** 2) - 1.0, x[0] * 2]])
+
+    x = np.cos(np.arange(3000.0))
+    j = sg.jacobian(c, sparse=True)
+    J = j(x)
+    (sparse,) = j._sparse_rolled.values()
+    assert sparse.colours == 2 and sparse.dense_rows.tolist() == [2999]
+    np.testing.assert_array_equal(J.toarray(), sg.jacobian(c, backend="vm")(x))

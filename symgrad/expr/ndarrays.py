@@ -708,7 +708,7 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
     >>> concatenate([x, y])
     tensor(where(j < 2, x[j], y[j - 2]), j=0..2)
     """
-    arrays = [operand(a if isinstance(a, Expr | np.ndarray) else np.asarray(a, dtype=float)) for a in arrays]
+    arrays = [operand(a if isinstance(a, Expr | np.ndarray) else _listed(a)) for a in arrays]
     if axis is None:
         arrays, axis = [reshape(a, -1) if is_array(a) else a for a in arrays], 0
     if out is not None or not all(is_array(a) for a in arrays):
@@ -728,6 +728,15 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
         at = element(a, J[:axis] + (J[axis] - start if start else J[axis],) + J[axis + 1:])
         value = at if value is None else apply(ops.OPS["where"], (J[axis] < float(stop), at, value))
     return rolled.tensor(rolled.tidy(value), *J)
+
+
+def _listed(a: Any) -> Any:
+    """A list (or tuple) in a concatenation as an array: of numbers, NumPy's; holding traced scalars
+    (``[np.sum(x) - 1]`` closing a constraint vector), a rolled array of them."""
+    values = np.array(a, dtype=object)
+    if any(isinstance(e, Expr) for e in values.ravel()):
+        return from_elements(values)
+    return np.asarray(a, dtype=float)
 
 
 def stack(arrays: Any, axis: int = 0, out: Any = None, **rest: Any) -> Expr:
