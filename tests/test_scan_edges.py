@@ -247,3 +247,21 @@ def test_a_numpy_array_times_a_scalar_row_keeps_the_scan_rolled():
     assert value == pytest.approx(loop(h0, xs), rel=1e-12)
     fd = [(loop(h0, xs + 1e-6 * e) - loop(h0, xs - 1e-6 * e)) / 2e-6 for e in np.eye(100)[:10]]
     np.testing.assert_allclose(gx[:10], fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="known bug: the step's constants (scan#k0, scan#k1) "
+                   "leak into the gradient when the scan's rows are running sums of x and its step reads a "
+                   "slice of an array computed from x and w (found by tests/test_sparse.py's fuzzed programs)")
+def test_a_scan_over_running_sums_reading_a_strided_slice_of_a_product_has_a_gradient():
+    def f(x, w):
+        v2 = w[5:]
+        v4 = np.cumsum(x)
+        v6 = (v2[:48] * np.sin(v4))[1::3]
+        return np.sum(sg.scan(lambda h, r: (np.tanh(h * v6[:5] + r), None), v2[:5], v4)[0] ** 2)
+
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=48), rng.normal(size=72)
+    got = sg.grad(f, argnums=(0, 1), backend="vm")(x, w)
+    want = sg.grad(f, argnums=(0, 1), backend="python")(x, w)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
