@@ -44,8 +44,8 @@ class RolledSparse:
         options = dict(static_argnums=tuple(owner.static_argnums), static_argnames=tuple(owner.static_argnames),
                        backend=owner.backend)
         self.argnum, hessian = owner.argnums_spec, owner.transform == "hessian"
-        traced = Function(owner.fn, "grad" if hessian else "jit", argnums=self.argnum, **options) if hessian \
-            else Function(owner.fn, "jit", **options)
+        traced = Function(owner.fn, "grad", argnums=self.argnum, **options) if hessian else \
+            Function(owner.fn, "jit", **options)
         traced._fallback = False  # (rolled, or the element path's)
         result = traced(*args, **kwargs)
         program = traced.compiled.program
@@ -95,5 +95,7 @@ class RolledSparse:
 
 def _columns_of(pattern: scipy.sparse.csr_matrix, inputs: list, first: int, size: int) -> scipy.sparse.csr_matrix:
     """The columns of ``pattern`` (over all ``inputs``, raveled in order) that belong to input ``first``."""
+    if first >= len(inputs) or int(np.prod(inputs[first].shape)) != size:  # (a leaf before it is no input)
+        raise NotImplementedError("the differentiated argument is not where the traced inputs have it")
     start = sum(int(np.prod(v.shape)) if v.op.name == "array" else 1 for v in inputs[:first])
     return pattern[:, start:start + size]
