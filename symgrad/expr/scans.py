@@ -405,10 +405,13 @@ def _parts(node: Expr) -> tuple:
     return length, reverse, step, node.args[0], node.args[1:k], node.args[k:]
 
 
-def _bound(e: Expr, step: Step, consts: tuple) -> Expr:
-    """``e``, a function of the step's placeholders, with those of the arrays read whole replaced by
-    them (the step's body, read as the carry after the step, kept as it is)."""
-    return substitute(e, {**dict(zip(step.consts, consts)), step.body: step.body})
+def _bound(e: Expr, step: Step, consts: tuple, values: Expr, more: dict) -> Expr:
+    """``e``, a function of the step's placeholders, reading ``values`` (the stored carries after
+    the step) where it computes the step's body again, with the placeholders of the arrays read
+    whole replaced by them and those of ``more`` as it says. One substitution: a second rebuild
+    would fold a read of the body back into its formula, the step's own placeholders and all."""
+    return substitute(_reading(e, step.body, values),
+                      {**dict(zip(step.consts, consts)), step.body: values, **more})
 
 
 def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tuple = ()) -> list[Expr | None]:
@@ -440,12 +443,12 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     back = grad(ndarrays.reduce("sum", g * step.body), [step.carry, *carried])
     before, after = _rows(node, reverse, after=False), _rows(node, reverse, after=True)
     a = placeholder(step.carry.shape)
-    rows = [(a, _rows(adjoint, reverse, after=False)), (step.carry, before), (step.body, after),
-            *zip(step.xs, stacks)]
+    done = placeholder(step.body.shape)
+    rows = [(a, _rows(adjoint, reverse, after=False)), (step.carry, before), (done, after), *zip(step.xs, stacks)]
     shapes = [step.carry.shape, *(k.shape for k in carried)]
     kc = placeholder((sum(math.prod(s) for s in shapes),))
     parts = _unpacked(kc, shapes)  # (the carry's adjoint, then each carried const's running sum)
-    back = [substitute(_bound(_reading(e, step.body, step.body), step, consts), {g: parts[0]}) for e in back]
+    back = [_bound(e, step, consts, done, {g: parts[0]}) for e in back]
     new = _flat([a + back[0], *(acc + e for acc, e in zip(parts[1:], back[1:]))])
     start = _flat([adjoint[0 if reverse else length], *(rolled.zeros_like(k) for k in carried)])
     G = make(new, kc, start, rows, [], not reverse)
@@ -525,10 +528,10 @@ def jvp(node: Expr, tangents: list[Expr | None], forward: Callable) -> Expr:
                 stacked.append((dots[-1], dot))
             else:
                 bound[dots[-1]] = dot
-    body = _reading(forward(step.body, wrt, dots), step.body, step.body)
-    body = substitute(_bound(body, step, consts), bound)
+    done = placeholder(step.body.shape)
+    body = _bound(forward(step.body, wrt, dots), step, consts, done, bound)
     start = tangents[0] if tangents[0] is not None else rolled.zeros_like(init)
-    rows = [(step.carry, _rows(node, reverse, after=False)), (step.body, _rows(node, reverse, after=True)),
+    rows = [(step.carry, _rows(node, reverse, after=False)), (done, _rows(node, reverse, after=True)),
             *zip(step.xs, stacks), *stacked]
     return make(body, dots[0], start, rows, [], reverse)
 
