@@ -66,24 +66,26 @@ class RolledSparse:
         self.colours = int(self.colour.max(initial=-1)) + 1
         shape = np.shape(args[self.argnum])
         self.seeds = [(self.colour == k).astype(float).reshape(shape) for k in range(self.colours)]
-        self.rows = np.repeat(np.arange(self.pattern.shape[0]), np.diff(self.pattern.indptr))
+        rows = np.repeat(np.arange(self.pattern.shape[0]), np.diff(self.pattern.indptr))
+        self.at = self.colour[self.pattern.indices] * self.pattern.shape[0] + rows  # (in the products, raveled)
         self.product = Function(owner.fn, "hvp", argnums=self.argnum, **options) if hessian else \
             Function(owner.fn, "jvp", **options)
         self.product._fallback = False
         self.hessian = hessian
         self.reverse = Function(owner.fn, "vjp", **options) if dense.any() else None
 
-    def _times(self, args: tuple, kwargs: dict, seed: np.ndarray) -> np.ndarray:
-        """The matrix times ``seed``, raveled."""
+    def _products(self, args: tuple, kwargs: dict) -> np.ndarray:
+        """The matrix times each colour's seed: one batched kernel call, a row each."""
+        if not self.seeds:
+            return np.zeros((0, self.pattern.shape[0]))
         if self.hessian:
-            return np.ravel(self.product(*args, seed, **kwargs))
-        tangents = tuple(seed if k == self.argnum else np.zeros_like(a, dtype=float) for k, a in enumerate(args))
-        return np.ravel(self.product.call(args, kwargs, tangents)[1])
+            return np.stack([np.ravel(v) for v in self.product.call_many(args, kwargs, self.seeds)])
+        zeros = [np.zeros_like(a, dtype=float) for a in args]
+        tangents = [(*zeros[:self.argnum], seed, *zeros[self.argnum + 1:]) for seed in self.seeds]
+        return np.stack([np.ravel(t) for _, t in self.product.call_many(args, kwargs, tangents)])
 
     def __call__(self, args: tuple, kwargs: dict) -> scipy.sparse.csr_matrix:
-        products = np.stack([self._times(args, kwargs, seed) for seed in self.seeds]) if self.seeds \
-            else np.zeros((0, self.pattern.shape[0]))
-        data = products[self.colour[self.pattern.indices], self.rows]
+        data = np.take(self._products(args, kwargs), self.at)
         for r in self.dense_rows:  # (a row of all the columns: one reverse sweep, not a colour a column)
             cotangent = np.zeros(self.pattern.shape[0])
             cotangent[r] = 1.0

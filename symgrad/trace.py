@@ -850,6 +850,20 @@ class Trace:
 
     def run(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
         """``__call__`` where the caller checked the guards."""
+        return self.assemble(self.compiled(*self._vectors(args, kwargs, extra)))
+
+    def run_many(self, args: tuple, kwargs: dict, extras: list) -> list:
+        """``run`` at each of ``extras`` (tangents, vectors or cotangents) for the same arguments: one
+        batched kernel call, its rows in parallel (a sparse Jacobian's products, a colour each)."""
+        vectors = [self._vectors(args, kwargs, extra) for extra in extras]
+        if not vectors:
+            return []
+        x = vectors[0][0]
+        got = self.compiled.batch(np.broadcast_to(x, (len(vectors), x.size)), np.stack([p for _, p in vectors]))
+        return [self.assemble(row) for row in (zip(*got) if isinstance(got, tuple) else got)]
+
+    def _vectors(self, args: tuple, kwargs: dict, extra: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The compiled function's inputs and parameters for these arguments."""
         if self._single:
             key = self.wrt_keys[0]
             x = np.ravel(kwargs[key] if isinstance(key, str) else args[key])
@@ -862,7 +876,7 @@ class Trace:
             tail = [] if self._constant_values is None else [self._constant_values]
             vector = [np.ravel(leaf) for leaf in self._extra_values(extra)] if self.extra else []
             p = np.concatenate([p, *tail, *vector])
-        return self.assemble(self.compiled(x, p))
+        return x, p
 
     def guarded(self, args: tuple, kwargs: dict) -> bool:
         """Whether the conditions decided while tracing come out the same at these arguments."""
@@ -1372,6 +1386,22 @@ class Function:
                 self._ints_static = True  # (an int used as a size: traced again, ints as their values)
                 return self.call(args, kwargs, extra)
         return self._trace(key, args, kwargs).run(args, kwargs, extra)
+
+    def call_many(self, args: tuple, kwargs: dict, extras: list) -> list:
+        """``call(args, kwargs, extra)`` for each of ``extras`` (a jvp's tangents, a vjp's cotangents,
+        an hvp's vectors) at the same arguments: one batched kernel call where the arguments are
+        numbers (a compressed sparse Jacobian's products), else a call each.
+
+        >>> import numpy as np, symgrad as sg
+        >>> from symgrad.trace import Function
+        >>> jvp = Function(np.sin, "jvp")
+        >>> [t for _, t in jvp.call_many((np.zeros(2),), {}, [(np.ones(2),), (np.array([0.0, 2.0]),)])]
+        [array([1., 1.]), array([0., 2.])]
+        """
+        key = self._key(args, kwargs)
+        if key is None or _tracing.depth or any(_has_symbolic(e) for e in extras) or self.rule.derive is _jit:
+            return [self.call(args, kwargs, extra) for extra in extras]
+        return self._trace(key, args, kwargs).run_many(args, kwargs, extras)
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:
         """The sum over data rows: every traced argument not differentiated (not in ``argnums``)

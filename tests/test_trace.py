@@ -134,6 +134,29 @@ def test_hvp_is_the_hessian_times_v():
     np.testing.assert_allclose(sg.hvp(mlp, argnums=1, **VM)(x, W, b, v, v=V), hv, rtol=1e-15)
 
 
+@pytest.mark.parametrize("backend", ["vm", "numba"])
+def test_call_many_is_a_call_for_each_tangent_cotangent_and_vector(backend):
+    """Function.call_many (a sparse Jacobian's products, one batched kernel call, rows on threads) gives
+    what call gives for each extra, for rolled programs (loops) and element-traced ones."""
+    from symgrad.trace import Function
+
+    def f(x, w):
+        return np.sin(x[1:] * x[:-1]) * w[1:] + np.cumsum(x)[:-1] ** 2
+
+    for n in (5, 200):  # (traced element by element, then rolled)
+        x, w = rng.normal(size=n), rng.normal(size=n)
+        seeds = [rng.normal(size=n) for _ in range(3)]
+        jvp, vjp = Function(f, "jvp", backend=backend), Function(f, "vjp", backend=backend)
+        hvp = Function(lambda x, w: np.sum(f(x, w) ** 2), "hvp", argnums=0, backend=backend)
+        cases = [(jvp, [(s, np.zeros(n)) for s in seeds]), (vjp, [s[1:] for s in seeds]), (hvp, seeds)]
+        for fn, extras in cases:
+            many = fn.call_many((x, w), {}, extras)
+            for got, extra in zip(many, extras):
+                want = fn.call((x, w), {}, extra)
+                for a, b in zip(sg.pytree.flatten(got)[0], sg.pytree.flatten(want)[0]):
+                    np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
 def test_inspection_formulas_and_source():
     g = sg.grad(lambda x: x[0] * x[1] + np.sin(x[0]), **VM)
     with pytest.raises(RuntimeError, match="not been traced"):

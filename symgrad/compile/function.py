@@ -181,7 +181,9 @@ class Compiled:
         V = _empty(n if self.program.returns_value else 0)
         OUT = _empty((n, self._n_out))
         kernel = self._kernels("batch")
-        _on_threads(n, lambda lo, hi: kernel(X, P, V, OUT, lo, hi))
+        # (a loop program's row is whole arrays: worth a thread from two rows on)
+        _on_threads(n, lambda lo, hi: kernel(X, P, V, OUT, lo, hi),
+                    1 if isinstance(self.program, LoopProgram) else MIN_ROWS_PER_THREAD)
         if self._kind == _SCALAR:
             return V
         if self._kind == _VALUE_GRAD:
@@ -279,9 +281,9 @@ def _total_part(kernel: Any, x: np.ndarray, P: np.ndarray, lo: int, hi: int, n_o
     return acc
 
 
-def _on_threads(n: int, run: Any) -> list:
+def _on_threads(n: int, run: Any, rows_per_thread: int = MIN_ROWS_PER_THREAD) -> list:
     """``run(lo, hi)`` over slices of ``range(n)``, one per thread (kernels release the GIL)."""
-    k = max(1, min(numba.get_num_threads(), n // MIN_ROWS_PER_THREAD))
+    k = max(1, min(numba.get_num_threads(), n // rows_per_thread))
     bounds = [n * i // k for i in range(k + 1)]
     if k == 1:
         return [run(0, n)]
