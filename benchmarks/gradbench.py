@@ -169,6 +169,83 @@ def lstm_input(layers, chars, bits=14, seed=31337):
     return main_params, extra_params, state, sequence
 
 
+# ---- bundle adjustment: the sparse Jacobian (GradBench "ba", ADBench's objective) ------------------
+
+
+def ba_reprojection(J, cam, X, w, feat):
+    """One observation's weighted reprojection error: ``cam`` = rotation (Rodrigues), centre, focal
+    length, principal point, radial distortion (11 numbers); ``X`` a point; ``w`` its weight."""
+    rot, centre, focal, x0, rad = cam[0:3], cam[3:6], cam[6], cam[7:9], cam[9:11]
+    p = X - centre
+    sqtheta = J.np.sum(rot ** 2)
+    theta = J.np.sqrt(sqtheta)
+    k = rot / theta
+    cos, sin = J.np.cos(theta), J.np.sin(theta)
+    turned = p * cos + J.np.cross(k, p) * sin + k * (J.np.dot(k, p) * (1.0 - cos))
+    turned = J.np.where(sqtheta != 0.0, turned, p + J.np.cross(rot, p))
+    proj = turned[0:2] / turned[2]
+    rsq = J.np.sum(proj ** 2)
+    distorted = proj * (1.0 + rad[0] * rsq + rad[1] * rsq * rsq)
+    return w * (distorted * focal + x0 - feat)
+
+
+def ba_residuals(J, z, obs, feats, n, m):
+    """GradBench's BA objective on the flat unknowns z = (cameras, points, weights): the reprojection
+    errors (2 per observation), then the weight errors 1 - w^2."""
+    cams, X, w = z[:11 * n].reshape(n, 11), z[11 * n:11 * n + 3 * m].reshape(m, 3), z[11 * n + 3 * m:]
+    errors = J.vmap(lambda c, x, wi, f: ba_reprojection(J, c, x, wi, f))(cams[obs[:, 0]], X[obs[:, 1]], w, feats)
+    return J.np.concatenate([errors.reshape(-1), 1.0 - w ** 2])
+
+
+def ba_input(n, m, p, seed=31337):
+    """GradBench's BA input: one camera, point, weight and feature repeated; observation i sees
+    camera i mod n and point i mod m."""
+    rng = np.random.RandomState(seed)
+    cam = np.concatenate([rng.uniform(-0.2, 0.2, 3), rng.uniform(-1, 1, 3), [400.0], rng.uniform(-5, 5, 2),
+                          rng.uniform(-1e-3, 1e-3, 2)])
+    X, w, feat = rng.uniform(-1, 1, 3) + [0.0, 0.0, 5.0], rng.uniform(0.5, 1.5), rng.uniform(-50, 50, 2)
+    obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1)
+    z = np.concatenate([np.tile(cam, n), np.tile(X, m), np.full(p, w)])
+    return z, obs, np.tile(feat, (p, 1))
+
+
+def _ba(n, m, p):
+    """symgrad: sg.jacobian(sparse=True) of the objective on the flat unknowns (CSR); JAX: the 2 x 15
+    blocks by vmap(jacrev) of one observation's error, as JAX users write a sparse BA Jacobian (its
+    assembly into a sparse matrix not timed), and the weight errors' diagonal. Compared entry by entry."""
+    z, obs, feats = ba_input(n, m, p)
+    cols = np.concatenate([11 * obs[:, :1] + np.arange(11), 11 * n + 3 * obs[:, 1:] + np.arange(3),
+                           11 * n + 3 * m + np.arange(p)[:, None]], axis=1)  # (p, 15): a block's columns
+
+    def make(J):
+        if J.name == "symgrad":
+            import symgrad as sg
+
+            return sg.jacobian(lambda z: ba_residuals(J, z, obs, feats, n, m), sparse=True), (z,)
+        import jax
+
+        def blocks(z):
+            cams, X, w = z[:11 * n].reshape(n, 11), z[11 * n:11 * n + 3 * m].reshape(m, 3), z[11 * n + 3 * m:]
+            one = jax.jacrev(lambda c, x, wi, f: ba_reprojection(J, c, x, wi, f), argnums=(0, 1, 2))
+            dc, dx, dw = J.vmap(one)(cams[obs[:, 0]], X[obs[:, 1]], w, feats)
+            return J.np.concatenate([dc, dx, dw[:, :, None]], axis=2), -2.0 * w
+        return J.jit(blocks), (z,)
+
+    def canon(result):
+        """The Jacobian's entries in the order (observation, residual, block column), then the weights'."""
+        import scipy.sparse
+
+        if isinstance(result, tuple):
+            return np.concatenate([np.asarray(result[0]).ravel(), np.asarray(result[1])])
+        M = scipy.sparse.csr_matrix(result)
+        rows = np.concatenate([np.repeat(np.arange(2 * p), 15), 2 * p + np.arange(p)])
+        at = np.concatenate([np.repeat(cols, 2, axis=0).ravel(), 11 * n + 3 * m + np.arange(p)])
+        return np.asarray(M[rows, at]).ravel()
+
+    make.canon = canon
+    return make
+
+
 def namespace(which: str) -> SimpleNamespace:
     """``J`` for ``"jax"`` or ``"symgrad"``."""
     if which == "jax":
@@ -176,12 +253,12 @@ def namespace(which: str) -> SimpleNamespace:
         import jax.numpy as jnp
 
         return SimpleNamespace(np=jnp, lax=jax.lax, grad=jax.grad, jvp=jax.jvp, vmap=jax.vmap, jit=jax.jit,
-                               value_and_grad=jax.value_and_grad)
+                               value_and_grad=jax.value_and_grad, name="jax")
     import symgrad as sg
     import symgrad.numpy as snp
 
     return SimpleNamespace(np=snp, lax=sg.lax, grad=sg.grad, jvp=sg.jvp, vmap=sg.vmap, jit=sg.jit,
-                           value_and_grad=sg.value_and_grad)
+                           value_and_grad=sg.value_and_grad, name="symgrad")
 
 
 # ---- the cases and their timing ---------------------------------------------------------------------
@@ -237,6 +314,7 @@ CASES = [
     ("ode n=10^4 s=100", "gradient of y[-1]", _ode(10_000, 100, True)),
     ("lstm l=4 c=4096 b=14 (lax.scan)", "objective", _lstm(4, 4096, False)),
     ("lstm l=4 c=4096 b=14 (lax.scan)", "gradient", _lstm(4, 4096, True)),
+    ("ba n=49 m=7776 p=31843 (ADBench ba1's sizes)", "sparse Jacobian", _ba(49, 7776, 31843)),
 ]
 
 

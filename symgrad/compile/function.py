@@ -116,7 +116,8 @@ class Compiled:
         # the disk cache, or compiles them, exactly as a first compile would.
         # The interpreter's expressions travel as a sg.dumps document, checked where they land (a loop
         # program's are its own roots).
-        backend = "numba" if self._final is not None else self.backend
+        final = self._final  # (compiling: numba; failed: the VM it runs on)
+        backend = "numba" if final is not None and (not final.done() or final.result()) else self.backend
         roots = None if self._roots is None or isinstance(self.program, LoopProgram) else dumps(self._roots)
         return _unpickled, (self.program, backend, self.shape, self._pattern, roots)
 
@@ -136,17 +137,17 @@ class Compiled:
 
     def _upgrade(self, make: Any) -> Compiled:
         """Run on the kernels ``make()`` returns once a background thread has made them."""
-        def swap() -> None:
+        def swap() -> bool:
             try:
                 kernels = make()
                 point = kernels.kernel("point")
             except Exception as e:  # (out of memory in LLVM, say): the loop VM goes on running it
                 warnings.warn(f"symgrad: compiling a loop program failed ({type(e).__name__}: {e}); "
                               "it runs on the loop VM", stacklevel=1)
-                self._final = None  # (and it pickles as the VM it runs on)
-                return
+                return False  # (not _final = None here: the Future may not be stored yet)
             self._kernels, self._source, self.backend = kernels.kernel, kernels.source, kernels.backend
             self._point = point
+            return True
 
         self._final = _compiler().submit(swap)
         return self

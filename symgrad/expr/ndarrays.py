@@ -697,6 +697,7 @@ def root_of_squares(v: Any) -> Expr:
 
 
 MAX_PIECES = 16  # arrays joined by one concatenate / stack in rolled form (a constraint vector: 12)
+INLINED_PARTS = 3  # parts up to which a concatenation inlines their formulas
 
 
 def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any) -> Expr:
@@ -726,9 +727,11 @@ def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any)
     value = None
     for a, start, stop in reversed(list(zip(arrays, starts, starts[1:]))):
         at = J[:axis] + (J[axis] - start if start else J[axis],) + J[axis + 1:]
-        # A part computed is read, not inlined: a chain of inlined formulas made its adjoint one
-        # tensor over the whole length guarded at every part (7x the primal's time, not 3x).
-        at = element(a, at) if a.op.name != "tensor" or a.args[0].op.name == "load" else apply(ops.load, (a, *at))
+        # Past INLINED_PARTS parts, a part computed is read, not inlined: each element tests its
+        # index against every part, and so does each read's adjoint (a constraint vector of 12 parts:
+        # its Lagrangian's gradient took 7x the primal's time, not 3x).
+        inline = len(arrays) <= INLINED_PARTS or a.op.name != "tensor" or a.args[0].op.name in ("load", "const")
+        at = element(a, at) if inline else apply(ops.load, (a, *at))
         value = at if value is None else apply(ops.OPS["where"], (J[axis] < float(stop), at, value))
     return rolled.tensor(rolled.tidy(value), *J)
 
