@@ -198,3 +198,12 @@ def test_a_worker_killed_mid_run_changes_nothing(client):
     assert same(future.result(timeout=120), want)
     client.wait_for_workers(2, timeout=60)  # (its nanny started another process)
     assert pids[victim] not in client.run(os.getpid).values()
+
+
+def test_the_example_fits_on_a_cluster():
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "cluster_fit.py")
+    done = subprocess.run([sys.executable, example, "--rows", "1e5", "--chunk", "2e4"], capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert "in 5 chunks" in done.stdout and done.stdout.count("epoch ") >= 5
+    assert float(done.stdout.rsplit("max |w - w_true| = ", 1)[1]) < 0.1
