@@ -50,14 +50,23 @@ def is_dask(value: Any) -> bool:
     return hasattr(type(value), "__dask_graph__")
 
 
-def holds_dask(tree: Any) -> bool:
-    """Whether a leaf of ``tree`` (arguments, a pytree) is a Dask collection.
+def holds_dask(args: tuple, kwargs: dict | None = None) -> bool:
+    """Whether a leaf of the arguments (pytrees) is a Dask collection; NumPy arrays and numbers are passed over
+    at once (it is asked on each ``.sum``).
 
     >>> import dask.array as da
-    >>> holds_dask((1.0, {"x": da.ones(4, chunks=2)}))
-    True
+    >>> holds_dask((1.0, {"x": da.ones(4, chunks=2)})), holds_dask((np.ones(3),), {"y": 2.0})
+    (True, False)
     """
-    return any(map(is_dask, pytree.flatten(tree)[0]))
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        kind = type(a)
+        if kind is not _ndarray and kind is not float and kind is not int and any(
+                map(is_dask, pytree.flatten(a)[0])):
+            return True
+    return False
+
+
+_ndarray = np.ndarray
 
 
 class Shipped:

@@ -1354,7 +1354,7 @@ class Function:
             return sparse(args, kwargs)
         t = None if key is None or _tracing.depth else self._cached(key, args, kwargs)
         if t is None:
-            if key is not None and _DASK in key:
+            if key is not None and distributed.holds_dask(args, kwargs):
                 return distributed.lazy_map(self, *args, **kwargs)
             return self.call(args, kwargs)
         self._last = t
@@ -1394,7 +1394,7 @@ class Function:
         """
         if not self.rule.summable:
             raise TypeError(f"sum: for sg.grad and sg.value_and_grad, not sg.{self.transform}")
-        if distributed.holds_dask((args, kwargs)):  # rows in chunks: one task each, on Dask's workers
+        if distributed.holds_dask(args, kwargs):  # rows in chunks: one task each, on Dask's workers
             return distributed.lazy_sum(self, *args, **kwargs).compute()
         argnums = {n + len(args) if n < 0 else n for n in self.argnums}
         data = [i for i in range(len(args)) if i not in argnums and i not in self.static_argnums]
