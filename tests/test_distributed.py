@@ -108,6 +108,24 @@ def test_sum_on_the_cluster(client, fn):
     assert close(got, vg.sum(w, X, y))  # the whole sum in memory: another order of additions
 
 
+def loaded_here():  # runs on a worker: what symgrad.distributed keeps there
+    from symgrad import distributed as d
+
+    return {digest: sum(len(t) for f in obj._sums.values() for key, t in f._traces.items() if (1000, 4) in key)
+            for digest, obj in d._loaded.items() if isinstance(obj, sg.Function) and obj.__name__ == "logistic"}
+
+
+def test_the_function_reaches_a_worker_once(client):
+    vg = sg.value_and_grad(logistic)
+    w, X, y = data(12_000)
+    Xd, yd = da.from_array(X, chunks=(1000, 4)), y
+    for k in range(3):  # three steps of an optimizer: 36 tasks, one function, one trace of this shape a worker
+        vg.sum(w + 0.01 * k, Xd, yd)
+    kept = client.run(loaded_here)
+    digest = sg.distributed.Shipped(vg).digest
+    assert all(got.get(digest) == 1 for got in kept.values()), kept
+
+
 def test_one_chunk_is_the_in_memory_sum(client):
     vg = sg.value_and_grad(logistic)
     w, X, y = data()
