@@ -902,6 +902,17 @@ def vm_warmup() -> None:
         None, "s")
 
 
+def distributed() -> None:
+    """Dask: vg.sum in one process against a 2-worker LocalCluster (benchmarks/scaling.py; extra: distributed)."""
+    if importlib.util.find_spec("distributed") is None:
+        row("vg.sum over Dask chunks", "2-worker LocalCluster", "time", None, None)
+        return
+    import scaling
+
+    scaling.measure(row)
+    ROWS.append(("vg.sum over Dask chunks", "2-worker LocalCluster", "checks", "; ".join(scaling.NOTES), ""))
+
+
 def write(path: Path) -> str:
     head = ("| problem | tool | metric | value | ratio |\n|---|---|---|---|---|\n")
     table = head + "\n".join("| " + " | ".join(r) + " |" for r in ROWS)
@@ -923,7 +934,7 @@ def write(path: Path) -> str:
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
     for step in (vm_warmup, p1, p2, p3, p4, p5, scalar_built, threshold, disk_cache, traced, sparse_hessian,
-                 collocation, bounded, import_time, rolled, numpy_code, recurrences, gradbench):
+                 collocation, bounded, import_time, rolled, numpy_code, recurrences, gradbench, distributed):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import guards, pytree
+from symgrad import distributed, guards, pytree
 from symgrad.compile import function as compiled
 from symgrad.expr import diff as symbolic
 from symgrad.expr import ndarrays, ops, rolled
@@ -68,6 +68,7 @@ NESTS_MIN, UNROLLED_MAX = 500, 10**5
 _F64, _OBJECT = np.dtype(np.float64), np.dtype(object)
 _SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
 _OTHER = object()  # a signature marker: bools, strings or other objects, static where not differentiated
+_DASK = object()  # a signature marker: a Dask array (rows in chunks: never traced, handed to symgrad.distributed)
 _fresh = itertools.count(1)  # distinct variable names for each trace inside another trace
 
 
@@ -415,6 +416,8 @@ def _signature(value: Any, data: bool = False) -> Any:
     for leaf in leaves:
         if _is_symbolic(leaf):
             return _SYMBOLIC
+        if distributed.is_dask(leaf):  # (its key must not find a trace made for NumPy arrays of its shape)
+            return _DASK
         if not data and (type(leaf) in _PLAIN or not _is_number(leaf)):
             return _OTHER
         sig.append((np.shape(leaf), getattr(leaf, "dtype", None)))
@@ -1365,6 +1368,8 @@ class Function:
             return sparse(args, kwargs)
         t = None if key is None or _tracing.depth else self._cached(key, args, kwargs)
         if t is None:
+            if key is not None and distributed.holds_dask(args, kwargs):
+                return distributed.lazy_map(self, *args, **kwargs)
             return self.call(args, kwargs)
         self._last = t
         return t.run(args, kwargs)
@@ -1419,6 +1424,8 @@ class Function:
         """
         if not self.rule.summable:
             raise TypeError(f"sum: for sg.grad and sg.value_and_grad, not sg.{self.transform}")
+        if distributed.holds_dask(args, kwargs):  # rows in chunks: one task each, on Dask's workers
+            return distributed.lazy_sum(self, *args, **kwargs).compute()
         argnums = {n + len(args) if n < 0 else n for n in self.argnums}
         data = [i for i in range(len(args)) if i not in argnums and i not in self.static_argnums]
         data += [k for k in kwargs if k not in self.static_argnames]
