@@ -66,7 +66,7 @@ def holds_dask(args: tuple, kwargs: dict | None = None) -> bool:
     return False
 
 
-_ndarray, _F64 = np.ndarray, np.dtype(np.float64)
+_ndarray = np.ndarray
 
 
 class Shipped:
@@ -130,15 +130,7 @@ class _Arguments:
         leaves = list(self.leaves)
         for j, block in zip(self.slots, blocks):
             leaves[j] = block
-        return pytree.unflatten(self.treedef, [_canonical(leaf) for leaf in leaves])
-
-
-def _canonical(leaf: Any) -> Any:
-    """A float64 array with NumPy's own float64 dtype object: an unpickled array has an equal one that is
-    not it, and symgrad keys traces on that identity (else each such argument would trace again)."""
-    if type(leaf) is _ndarray and leaf.dtype == _F64 and leaf.dtype is not _F64:
-        return leaf.view(_F64)
-    return leaf
+        return pytree.unflatten(self.treedef, leaves)
 
 
 class _Rows:

@@ -405,7 +405,7 @@ def _signature(value: Any, data: bool = False) -> Any:
     """What keys a trace for one argument: its shape, or its tree of leaf shapes and dtypes; ``_OTHER``
     where it holds a Python bool, string or another object (unless ``data``: traced, as numbers)."""
     kind = type(value)
-    if kind is np.ndarray and value.dtype is _F64:
+    if kind is np.ndarray and (value.dtype is _F64 or value.dtype == _F64):  # (unpickled: equal, not it)
         return value.shape
     if kind is float or kind is int:
         return ()

@@ -342,3 +342,16 @@ def test_python_ints_as_sizes_in_arange_zeros_and_nested_grads():
                                   [10.0] * 3)
     np.testing.assert_array_equal(sg.grad(lambda x, n: np.sum(x) * np.sum(np.zeros(n) + 1))(np.ones(300), 5),
                                   [5.0] * 300)
+
+
+def test_an_unpickled_array_finds_the_trace_of_a_fresh_one():
+    """An unpickled float64 array has a dtype equal to NumPy's float64 but not the same object: it
+    keys the same trace (it traced again, once per such argument: Dask's workers receive them)."""
+    import pickle
+
+    g = sg.grad(lambda x: np.sum(np.sin(x) * x), **VM)
+    x = rng.normal(size=5)
+    moved = pickle.loads(pickle.dumps(x))
+    assert moved.dtype == np.float64 and moved.dtype is not x.dtype
+    np.testing.assert_array_equal(g(x), g(moved))
+    assert len(g._traces) == 1

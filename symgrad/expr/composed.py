@@ -175,8 +175,10 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
         return at(a, 0) * at(b, 1) - at(a, 1) * at(b, 0)
     if n != {3}:
         raise TracingError(f"np.cross of vectors of {sorted(n)} entries has no rolled form (3 or 2)")
-    parts = [at(a, (k + 1) % 3) * at(b, (k + 2) % 3) - at(a, (k + 2) % 3) * at(b, (k + 1) % 3) for k in range(3)]
-    return np.stack(parts, axis=-1)
+    # (entry k reads entries k+1 and k+2 mod 3: one rolled array, also of one 3-vector, whose three
+    # scalars stacked were an array traced element by element, vmap's rows included)
+    turn = lambda v, k: np.roll(v, -k, axis=-1)  # noqa: E731
+    return turn(a, 1) * turn(b, 2) - turn(a, 2) * turn(b, 1)
 
 
 def kron(a: Any, b: Any) -> Any:
