@@ -21,7 +21,8 @@ import scipy.sparse
 
 from symgrad import pytree
 from symgrad.compile.colouring import colour_columns
-from symgrad.expr.sparsity import rolled_pattern
+from symgrad.expr.node import Expr
+from symgrad.expr.sparsity import bands, rolled_pattern
 
 DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
 
@@ -53,6 +54,7 @@ class RolledSparse:
             raise NotImplementedError("no rolled form")
         inputs = list(program.inputs.exprs)
         wrt = 0 if hessian else len(pytree.flatten(args[:self.argnum])[0])  # (jit's inputs: every leaf)
+        self.formula = (list(program.roots), inputs[wrt] if wrt < len(inputs) else None)
         pattern = rolled_pattern(list(program.roots), inputs)
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if hessian else pattern.tocsr()
@@ -73,6 +75,13 @@ class RolledSparse:
         self.product._fallback = False
         self.hessian = hessian
         self.reverse = Function(owner.fn, "vjp", **options) if dense.any() else None
+
+    def bands(self) -> dict[str, Expr]:
+        """The matrix's entries as one formula per band (sparsity.bands)."""
+        roots, x = self.formula
+        if len(roots) != 1 or x is None:
+            raise NotImplementedError("bands: the derivative of one rolled vector with respect to one vector")
+        return bands(roots[0], x, "H" if self.hessian else "J")
 
     def _products(self, args: tuple, kwargs: dict) -> np.ndarray:
         """The matrix times each colour's seed: one batched kernel call, a row each."""

@@ -1149,6 +1149,7 @@ class Function:
         self.static_argnames = frozenset(names)
         self._traces: OrderedDict = OrderedDict()
         self._sparse_rolled: OrderedDict = OrderedDict()  # signature -> RolledSparse, or None
+        self._last_sparse: Any = None  # the RolledSparse of the latest call
         self._last: Trace | None = None
         self._fallback = True  # element by element where the rolled trace fails (False: raise)
         self._sums: dict = {}  # Function.sum's vmapped sums, by call arity and argnums
@@ -1365,6 +1366,7 @@ class Function:
         key = self._key(args, kwargs)
         sparse = self._rolled_sparse(key, args, kwargs) if self.sparse and key is not None else None
         if sparse is not None:
+            self._last_sparse = sparse
             return sparse(args, kwargs)
         t = None if key is None or _tracing.depth else self._cached(key, args, kwargs)
         if t is None:
@@ -1503,8 +1505,31 @@ class Function:
         return self._latest().compiled
 
     def formulas(self) -> str:
-        """The traced function and its derivatives as formulas (latest trace)."""
+        """The traced function and its derivatives as formulas (latest trace); of a sparse Jacobian or
+        Hessian of large arrays, its entries by band (``bands``)."""
+        if self._last_sparse is not None:
+            return format_exprs(self.bands())
         return self._latest().formulas()
+
+    def bands(self) -> dict[str, Expr]:
+        """The latest sparse Jacobian or Hessian of large arrays (``sparse=True``) as one formula per
+        band: entry ``(i, i + c)`` over the row index ``i`` for each offset ``c`` (and ``(i, a(i))`` for
+        another address ``a``), with the conditions on ``i`` under which it is there. For
+        ``sg.format`` or ``sg.latex``.
+
+        >>> import numpy as np, symgrad as sg
+        >>> h = sg.hessian(lambda x: np.sum(x[1:] * x[:-1] ** 2), sparse=True)
+        >>> _ = h(np.ones(100))
+        >>> print(sg.format(h.bands()))
+        t1 = j <= 98
+        H[j, j - 1] = where(j - 1 >= 0, 2*x[j - 1], 0)
+        H[j, j] = where(t1, 2*x[j + 1], 0)
+        H[j, j + 1] = where(t1, 2*x[j], 0)
+        """
+        if self._last_sparse is None:
+            raise RuntimeError(f"{self._who}.bands: call it first, sparse=True on arrays of {ROLLED_MIN} elements "
+                               "or more (a rolled sparse Jacobian or Hessian)")
+        return self._last_sparse.bands()
 
     def __reduce__(self) -> tuple:  # pickles by reference to fn; traces again where it lands
         return (Function, (self.fn, self.transform, self.argnums_spec, tuple(self.static_argnums),

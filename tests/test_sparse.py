@@ -274,3 +274,37 @@ def test_a_dense_jacobian_row_is_one_reverse_sweep_not_a_colour_a_column():
     (sparse,) = j._sparse_rolled.values()
     assert sparse.colours == 2 and sparse.dense_rows.tolist() == [2999]
     np.testing.assert_array_equal(J.toarray(), sg.jacobian(c, backend="vm")(x))
+
+
+def _rolled_pair(x):
+    return np.sum(np.cos(x - np.roll(x, 3)) * x ** 2) + np.sum(np.sin(x[1:] * x[:-1]))
+
+
+def _defects(z):
+    q, v = z[:100], z[100:]
+    return np.concatenate([q[1:] - q[:-1] - 0.1 * (v[1:] + v[:-1]), v[1:] - v[:-1] + 0.1 * np.sin(q[1:]) * q[:-1],
+                           q[:1], v[-1:] - 1.0, q[-1:] * v[:1]])
+
+
+@pytest.mark.parametrize("fn, n, hessian", [(rosen, 200, True), (_rolled_pair, 120, True), (_defects, 200, False)])
+def test_the_bands_of_a_sparse_hessian_or_jacobian_are_its_entries(fn, n, hessian):
+    """h.bands() / h.formulas(): one formula per band over the row index (a periodic or concatenated
+    read: one per address); evaluated at every row, placed at its column, they are the sparse matrix."""
+    from symgrad.expr import sparsity
+
+    x = np.random.default_rng(3).normal(size=n)
+    h = (sg.hessian if hessian else sg.jacobian)(fn, sparse=True, **VM)
+    M = h(x).toarray()
+    (roots, v), built = h._last_sparse.formula, np.zeros_like(M)
+    entries = sparsity.band_entries(roots[0], v)
+    i = roots[0].args[1]
+    for at, formula in entries:
+        cols = np.broadcast_to(sparsity._indexed(at, sparsity._Grid((i,))), (M.shape[0],))
+        values = sg.evaluate(sg.tensor(formula, i), {v: x})
+        inside = (cols >= 0) & (cols < n)
+        assert not np.any(values[~inside]), "an entry outside the matrix is not zero"
+        np.add.at(built, (np.arange(M.shape[0])[inside], cols[inside]), values[inside])
+    np.testing.assert_allclose(built, M, rtol=1e-12, atol=1e-12)
+    text = h.formulas()
+    assert text.count(" = ") >= len(entries) and ("H[" if hessian else "J[") in text
+    assert fn is not rosen or [str(at) for at, _ in entries] == ["j - 1", "j", "j + 1"]  # (tridiagonal)

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from symgrad.expr.build import const
+from symgrad.expr.build import Var, apply, const
 from symgrad.expr.diff import _check_wrt, _reverse, _scalar, jvp
 from symgrad.expr.node import Expr, paused_gc
-from symgrad.expr.rolled import index, substitute_indices, value_range
-from symgrad.expr.traverse import as_expr_list, topo_order
+from symgrad.expr.rolled import index, substitute_indices, table, tidy, value_range
+from symgrad.expr.traverse import as_expr_list, substitute, topo_order
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -347,3 +347,81 @@ def _bool(m: scipy.sparse.spmatrix) -> scipy.sparse.csr_matrix:
     m = scipy.sparse.csr_matrix(m, dtype=bool)
     m.eliminate_zeros()
     return m
+
+
+def bands(rows: Expr, x: Expr, name: str = "J") -> dict[str, Expr]:
+    """The derivative of the rolled vector ``rows`` (a tensor over one index ``i``) with respect to the
+    vector ``x``, as one formula per band: entry ``(i, i + c)`` for each offset ``c`` at which an
+    element reads ``x`` (the tensors it reads inlined), and entry ``(i, a(i))`` for each other
+    address ``a``. A formula holds the conditions on ``i`` (wheres) under which the entry is there.
+
+    >>> import symgrad as sg
+    >>> x, i = sg.array("x", 5), sg.index("i", 4)
+    >>> for label, e in bands(sg.tensor(x[i] ** 2 * x[i + 1], i), x).items():
+    ...     print(label, "=", e)
+    J[i, i] = 2*x[i]*x[i + 1]
+    J[i, i + 1] = x[i]**2
+    """
+    out: dict[str, Expr] = {}
+    for at, e in band_entries(rows, x):
+        label = f"{name}[{rows.args[1]}, {at}]"
+        out[label if label not in out else f"{label} #{len(out)}"] = e  # (two tables print alike)
+    return out
+
+
+def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr]]:
+    """``bands``' entries as (column address over ``i``, formula): bands by offset, then the others."""
+    if rows.op.name != "tensor" or len(rows.args) != 2 or x.op.name != "array" or len(x.shape) != 1:
+        raise NotImplementedError("bands: a rolled vector's derivative with respect to a vector")
+    body, i = _inlined(rows.args[0]), rows.args[1]
+    groups: dict[tuple, list[Expr]] = {}
+    for read in sorted((n for n in topo_order([body]) if n.op.name == "load" and n.args[0] is x), key=str):
+        if read.args[1].free - {i}:
+            raise NotImplementedError(f"bands: an element reads {read} inside a reduction: its row holds more "
+                                      "than bands")
+        at = np.broadcast_to(_indexed(read.args[1], _Grid((i,))), rows.shape)
+        offsets = np.unique(at - np.arange(rows.shape[0]))
+        groups.setdefault((0, int(offsets[0])) if offsets.size == 1 else (1, read.args[1]), []).append(read)
+    out = []
+    order = lambda group: (group[0][0], str(group[0][1]) if group[0][0] else group[0][1])  # noqa: E731
+    for _, reads in sorted(groups.items(), key=order):  # (reads of one column written apart: one entry)
+        s = Var("band#")
+        partial = jvp(substitute(body, dict.fromkeys(reads, s)), [s], [const(1.0)])  # (at each i, not summed)
+        out.append((reads[0].args[1], substitute(partial, {s: reads[0]})))
+    return out
+
+
+_INLINED = ("tensor", "scatter")
+
+
+def _inlined(body: Expr) -> Expr:
+    """``body`` with the tensors it reads replaced by their formulas at the addresses read (and the
+    scatters through a permutation by gathers: Halide's scatter-to-gather)."""
+    while True:
+        reads = [n for n in topo_order([body]) if n.op.name == "load" and n.args[0].op.name in _INLINED]
+        if not reads:
+            return tidy(body)  # (an inlined read may leave its array where a where discards it: guarded)
+        at = {n: dict(zip(n.args[0].args[1:], n.args[1:])) for n in reads if n.args[0].op.name == "tensor"}
+        body = substitute(body, {n: substitute_indices(n.args[0].args[0], at[n]) if n in at else _gathered(n)
+                                 for n in reads})
+
+
+def _gathered(read: Expr) -> Expr:
+    """A read of a scatter of one index through distinct addresses: the element that lands there
+    (its body at the inverse address), 0 where none does."""
+    from symgrad.expr import ops
+
+    scattered = read.args[0]
+    k = scattered.payload[1]
+    addresses, indices = scattered.args[1:1 + k], scattered.args[1 + k:]
+    if k != 1 or len(indices) != 1:
+        raise NotImplementedError("bands: a scatter of several indices or addresses")
+    n = indices[0].payload[1]
+    lands = np.broadcast_to(_indexed(addresses[0], _Grid(indices)), (n,))
+    if np.unique(lands).size != n:
+        raise NotImplementedError("bands: a scatter adding several elements into one")
+    inverse = np.full(scattered.shape[0], -1)
+    inverse[lands] = np.arange(n)
+    source = apply(ops.load, (table(inverse), read.args[1]))
+    landed = substitute_indices(scattered.args[0], {indices[0]: source})
+    return apply(ops.OPS["where"], (apply(ops.OPS["ge"], (source, const(0.0))), landed, const(0.0)))
