@@ -64,11 +64,13 @@ class Problem:
     def ready(self) -> Problem:
         """Wait until every function and derivative runs on its final compiled kernels (each first
         runs on the loop VM while Numba compiles it in the background), and return the problem."""
-        functions = [self.value_and_grad, self.c, *(s.product for f in (self.c_jacobian, self.l_hessian)
-                                                   for s in f._sparse_rolled.values() if s is not None)]
-        for f in functions:
+        for f in (self.value_and_grad, self.c):
             if f._last is not None:
                 f.compiled.ready()
+        for f in (self.c_jacobian, self.l_hessian):
+            for s in f._sparse_rolled.values():
+                if s is not None:
+                    s.ready()
         return self
 
     def _evaluated(self, x: np.ndarray) -> tuple[float, np.ndarray]:

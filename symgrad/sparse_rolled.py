@@ -22,7 +22,8 @@ import scipy.sparse
 from symgrad import pytree
 from symgrad.compile.colouring import colour_columns
 from symgrad.expr.node import Expr
-from symgrad.expr.sparsity import bands, rolled_pattern
+from symgrad.expr.sparsity import band_entries, bands, index_values, rolled_pattern
+from symgrad.expr.traverse import topo_order
 
 DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
 
@@ -59,10 +60,20 @@ class RolledSparse:
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if hessian else pattern.tocsr()
         self.pattern.sort_indices()
+        self.hessian, self.out_shape, trace = hessian, np.shape(result), traced._last
+        self.direct = _Direct.made(trace, *self.formula, self.pattern, owner.backend) \
+            if len(self.formula[0]) == 1 and self.formula[1] is not None and not trace.guards else None
+        if self.direct is None:
+            self._coloured(owner, args, result, options)
+
+    def _coloured(self, owner: Any, args: tuple, result: Any, options: dict) -> None:
+        """The colours and the products that give the entries where their formulas are not bands."""
+        from symgrad.trace import Function
+
         counts = np.diff(self.pattern.indptr)
-        dense = np.zeros(counts.size, dtype=bool) if hessian or not isinstance(result, np.ndarray) else \
+        dense = np.zeros(counts.size, dtype=bool) if self.hessian or not isinstance(result, np.ndarray) else \
             counts > max(DENSE_ROW, 16 * np.median(counts, overwrite_input=False) if counts.size else 0)
-        self.dense_rows, self.out_shape = np.flatnonzero(dense), np.shape(result)
+        self.dense_rows = np.flatnonzero(dense)
         self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
                                      if dense.any() else self.pattern)
         self.colours = int(self.colour.max(initial=-1)) + 1
@@ -70,11 +81,19 @@ class RolledSparse:
         self.seeds = [(self.colour == k).astype(float).reshape(shape) for k in range(self.colours)]
         rows = np.repeat(np.arange(self.pattern.shape[0]), np.diff(self.pattern.indptr))
         self.at = self.colour[self.pattern.indices] * self.pattern.shape[0] + rows  # (in the products, raveled)
-        self.product = Function(owner.fn, "hvp", argnums=self.argnum, **options) if hessian else \
+        self.product = Function(owner.fn, "hvp", argnums=self.argnum, **options) if self.hessian else \
             Function(owner.fn, "jvp", **options)
         self.product._fallback = False
-        self.hessian = hessian
         self.reverse = Function(owner.fn, "vjp", **options) if dense.any() else None
+
+    def ready(self) -> RolledSparse:
+        """Wait until the kernels computing the entries run compiled by Numba (they start on the loop VM)."""
+        if self.direct is not None:
+            if self.direct.compiled is not None:
+                self.direct.compiled.ready()
+        elif self.product._last is not None:
+            self.product.compiled.ready()
+        return self
 
     def bands(self) -> dict[str, Expr]:
         """The matrix's entries as one formula per band (sparsity.bands)."""
@@ -94,6 +113,8 @@ class RolledSparse:
         return np.stack([np.ravel(t) for _, t in self.product.call_many(args, kwargs, tangents)])
 
     def __call__(self, args: tuple, kwargs: dict) -> scipy.sparse.csr_matrix:
+        if self.direct is not None:
+            return self.pattern._with_data(self.direct(args, kwargs), copy=False)
         data = np.take(self._products(args, kwargs), self.at)
         for r in self.dense_rows:  # (a row of all the columns: one reverse sweep, not a colour a column)
             cotangent = np.zeros(self.pattern.shape[0])
@@ -102,6 +123,64 @@ class RolledSparse:
             lo, hi = self.pattern.indptr[r], self.pattern.indptr[r + 1]
             data[lo:hi] = row[self.pattern.indices[lo:hi]]
         return scipy.sparse.csr_matrix((data, self.pattern.indices, self.pattern.indptr), shape=self.pattern.shape)
+
+
+class _Direct:
+    """The entries computed straight from their formulas (``sparsity.band_entries``: one per band or
+    address): one compiled kernel evaluates every formula at every row, and the values land at their
+    positions in CSR order, found once. The primal is computed once a row for all its entries (the
+    colours' products each computed it again: 14 for a bundle adjustment)."""
+
+    def __init__(self, trace: Any, entries: list, root: Expr, pattern: scipy.sparse.csr_matrix,
+                 backend: str) -> None:
+        from symgrad.compile.function import compile
+        from symgrad.expr.rolled import tensor
+
+        i, rows, columns = root.args[1], root.shape[0], pattern.shape[1]
+        keys = np.repeat(np.arange(rows, dtype=np.int64), np.diff(pattern.indptr)) * columns + pattern.indices
+        positions, takes = [], []
+        for k, (at, _, live) in enumerate(entries):
+            column = np.broadcast_to(index_values(at, (i,)), (rows,)).astype(np.int64)
+            row = np.flatnonzero(live & (column >= 0) & (column < columns))  # (elsewhere its formula is 0)
+            key = row * columns + column[row]
+            pos = np.minimum(np.searchsorted(keys, key), max(keys.size - 1, 0))
+            held = keys[pos] == key if keys.size else np.zeros(key.size, dtype=bool)
+            # (a row the pattern leaves out reads it in another branch of a where: 0 there, as the
+            # pattern never misses a nonzero)
+            positions.append(pos[held])
+            takes.append(k * rows + row[held])
+        self.trace, self.nnz = trace, pattern.nnz
+        self.positions, self.takes = (np.concatenate([np.zeros(0, np.int64), *a]) for a in (positions, takes))
+        # (two addresses meeting at a column on some rows, a cross product's [1, 2, 0][c] and 1: their
+        # entries add up there)
+        self.apart = np.unique(self.positions).size == self.positions.size
+        self.compiled = compile([tensor(e, i) for _, e, _ in entries], trace.inputs,
+                                [*trace.params, *trace.constants], backend) if entries else None
+
+    @classmethod
+    def made(cls, trace: Any, roots: list, x: Expr, pattern: scipy.sparse.csr_matrix, backend: str) -> Any:
+        """The direct evaluation, or None where the entries are not bands (a row reading the vector in
+        a sum, a scatter adding into one element) or their formulas are too large."""
+        try:
+            entries = band_entries(roots[0], x)
+        except NotImplementedError:
+            return None
+        if len(topo_order([e for _, e, _ in entries])) > DIRECT_MAX:
+            return None
+        return cls(trace, entries, roots[0], pattern, backend)
+
+    def __call__(self, args: tuple, kwargs: dict) -> np.ndarray:
+        if self.compiled is None:  # (no entry reads the vector: all zero)
+            return np.zeros(self.nnz)
+        values = np.ravel(self.compiled(*self.trace._vectors(args, kwargs, None)))[self.takes]
+        if not self.apart:
+            return np.bincount(self.positions, values, minlength=self.nnz)
+        data = np.zeros(self.nnz)
+        data[self.positions] = values
+        return data
+
+
+DIRECT_MAX = 20_000  # nodes of the entries' formulas, past which each call is colour products instead
 
 
 def _columns_of(pattern: scipy.sparse.csr_matrix, inputs: list, first: int, size: int) -> scipy.sparse.csr_matrix:

@@ -363,32 +363,57 @@ def bands(rows: Expr, x: Expr, name: str = "J") -> dict[str, Expr]:
     J[i, i + 1] = x[i]**2
     """
     out: dict[str, Expr] = {}
-    for at, e in band_entries(rows, x):
+    for at, e, _ in band_entries(rows, x):
         label = f"{name}[{rows.args[1]}, {at}]"
         out[label if label not in out else f"{label} #{len(out)}"] = e  # (two tables print alike)
     return out
 
 
-def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr]]:
-    """``bands``' entries as (column address over ``i``, formula): bands by offset, then the others."""
+def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr, np.ndarray]]:
+    """``bands``' entries as (column address over ``i``, formula, the rows where a read of that
+    column is in a branch taken): bands by offset, then the others."""
     if rows.op.name != "tensor" or len(rows.args) != 2 or x.op.name != "array" or len(x.shape) != 1:
         raise NotImplementedError("bands: a rolled vector's derivative with respect to a vector")
     body, i = _inlined(rows.args[0]), rows.args[1]
-    groups: dict[tuple, list[Expr]] = {}
-    for read in sorted((n for n in topo_order([body]) if n.op.name == "load" and n.args[0] is x), key=str):
+    grid, n = _Grid((i,)), rows.shape[0]
+    live: dict[Expr, np.ndarray] = {}
+    for read, conditions in _differentiable_leaves(body):
+        if read.op.name != "load" or read.args[0] is not x:
+            continue
         if read.args[1].free - {i}:
             raise NotImplementedError(f"bands: an element reads {read} inside a reduction: its row holds more "
                                       "than bands")
-        at = np.broadcast_to(_indexed(read.args[1], _Grid((i,))), rows.shape)
-        offsets = np.unique(at - np.arange(rows.shape[0]))
-        groups.setdefault((0, int(offsets[0])) if offsets.size == 1 else (1, read.args[1]), []).append(read)
+        taken = np.ones(n, dtype=bool)
+        for condition, holds in conditions:
+            if not condition.free - {i}:
+                taken &= np.broadcast_to(_decided(condition, grid), (n,)) == holds
+        live[read] = live[read] | taken if read in live else taken
+    groups: dict[tuple, list[Expr]] = {}
+    for read in sorted(live, key=str):
+        at = np.broadcast_to(_indexed(read.args[1], grid), (n,)).astype(np.int64)
+        offsets = np.unique(at - np.arange(n))
+        # (reads of one column written apart, x[2*i + 1] and x[table[i]]: one entry, by their values)
+        groups.setdefault((0, int(offsets[0]), "") if offsets.size == 1 else (1, 0, at.tobytes()), []).append(read)
     out = []
-    order = lambda group: (group[0][0], str(group[0][1]) if group[0][0] else group[0][1])  # noqa: E731
-    for _, reads in sorted(groups.items(), key=order):  # (reads of one column written apart: one entry)
+    order = lambda group: (group[0][:2], str(group[1][0].args[1]))  # noqa: E731
+    for _, reads in sorted(groups.items(), key=order):
         s = Var("band#")
         partial = jvp(substitute(body, dict.fromkeys(reads, s)), [s], [const(1.0)])  # (at each i, not summed)
-        out.append((reads[0].args[1], substitute(partial, {s: reads[0]})))
+        taken = np.logical_or.reduce([live[r] for r in reads])
+        out.append((reads[0].args[1], substitute(partial, {s: reads[0]}), taken))
     return out
+
+
+def index_values(e: Expr, indices: tuple) -> np.ndarray:
+    """The integer values of the index arithmetic ``e`` over ``indices`` (axes in their order;
+    broadcastable to the grid).
+
+    >>> import symgrad as sg
+    >>> i = sg.index("i", 4)
+    >>> index_values(2 * i + 1, (i,)).tolist()
+    [1, 3, 5, 7]
+    """
+    return _indexed(e, _Grid(indices))
 
 
 _INLINED = ("tensor", "scatter")
@@ -398,30 +423,51 @@ def _inlined(body: Expr) -> Expr:
     """``body`` with the tensors it reads replaced by their formulas at the addresses read (and the
     scatters through a permutation by gathers: Halide's scatter-to-gather)."""
     while True:
-        reads = [n for n in topo_order([body]) if n.op.name == "load" and n.args[0].op.name in _INLINED]
+        reads = [n for n in topo_order([body]) if n.op.name == "load" and n.args[0].op.name in _INLINED
+                 or n.op.name in _UNROLLED and n.args[1].payload[1] <= UNROLLED_MAX]
         if not reads:
             return tidy(body)  # (an inlined read may leave its array where a where discards it: guarded)
-        at = {n: dict(zip(n.args[0].args[1:], n.args[1:])) for n in reads if n.args[0].op.name == "tensor"}
-        body = substitute(body, {n: substitute_indices(n.args[0].args[0], at[n]) if n in at else _gathered(n)
+        at = {n: dict(zip(n.args[0].args[1:], n.args[1:])) for n in reads if n.op.name == "load"
+              and n.args[0].op.name == "tensor"}
+        body = substitute(body, {n: _unrolled(n) if n.op.name in _UNROLLED else
+                                 substitute_indices(n.args[0].args[0], at[n]) if n in at else _gathered(n)
                                  for n in reads})
 
 
+_UNROLLED = {"sum": "add", "max": "maximum", "min": "minimum"}
+UNROLLED_MAX = 16  # a reduction over at most this many values is written out (a dot of 3-vectors: 3 entries)
+
+
+def _unrolled(reduction: Expr) -> Expr:
+    """A reduction over a small index written out term by term: each term's reads then have
+    addresses of the row alone (a rotation's ``sum(k[j] * p[j], j)``: three columns)."""
+    from symgrad.expr import ops
+
+    body, i = reduction.args
+    terms = [substitute_indices(body, {i: const(float(v))}) for v in range(i.payload[1])]
+    total = terms[0]
+    for term in terms[1:]:
+        total = apply(ops.OPS[_UNROLLED[reduction.op.name]], (total, term))
+    return total
+
+
 def _gathered(read: Expr) -> Expr:
-    """A read of a scatter of one index through distinct addresses: the element that lands there
-    (its body at the inverse address), 0 where none does."""
+    """A read of a scatter into a vector through distinct addresses: the element that lands there
+    (its body at the indices whose address it is, tables of them), 0 where none does."""
     from symgrad.expr import ops
 
     scattered = read.args[0]
     k = scattered.payload[1]
     addresses, indices = scattered.args[1:1 + k], scattered.args[1 + k:]
-    if k != 1 or len(indices) != 1:
-        raise NotImplementedError("bands: a scatter of several indices or addresses")
-    n = indices[0].payload[1]
-    lands = np.broadcast_to(_indexed(addresses[0], _Grid(indices)), (n,))
-    if np.unique(lands).size != n:
+    if k != 1:
+        raise NotImplementedError("bands: a scatter into an array of several axes")
+    shape = tuple(i.payload[1] for i in indices)
+    lands = np.broadcast_to(_indexed(addresses[0], _Grid(indices)), shape).ravel()
+    if np.unique(lands).size != lands.size:
         raise NotImplementedError("bands: a scatter adding several elements into one")
     inverse = np.full(scattered.shape[0], -1)
-    inverse[lands] = np.arange(n)
-    source = apply(ops.load, (table(inverse), read.args[1]))
-    landed = substitute_indices(scattered.args[0], {indices[0]: source})
-    return apply(ops.OPS["where"], (apply(ops.OPS["ge"], (source, const(0.0))), landed, const(0.0)))
+    inverse[lands] = np.arange(lands.size)
+    at = lambda values: apply(ops.load, (table(values), read.args[1]))  # noqa: E731
+    where = np.unravel_index(np.maximum(inverse, 0), shape) if shape else ()
+    landed = substitute_indices(scattered.args[0], {i: at(w) for i, w in zip(indices, where)})
+    return apply(ops.OPS["where"], (apply(ops.OPS["ge"], (at(inverse), const(0.0))), landed, const(0.0)))
