@@ -47,9 +47,10 @@ def settled(fn) -> float:
     """Seconds until tiered compilation has its final kernels in (a symgrad function first runs on
     the loop VM while Numba compiles it): 0 where nothing is pending."""
     start = time.perf_counter()
-    if isinstance(fn, sg.Function) and fn._last is None:  # a rolled sparse Jacobian / Hessian: its products
+    if isinstance(fn, sg.Function) and fn._last is None:  # a rolled sparse Jacobian / Hessian: its kernels
         for sparse in fn._sparse_rolled.values():
-            sparse.product.compiled.ready()
+            if sparse is not None:
+                sparse.ready()
         return time.perf_counter() - start
     target = getattr(fn, "compiled", fn) if isinstance(fn, sg.Function) else fn
     if isinstance(target, sg.Compiled):

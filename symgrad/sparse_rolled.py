@@ -4,7 +4,8 @@
 rolled arrays: the pattern is the dependencies of the rolled outputs (a Hessian's: of the rolled
 gradient) on the differentiated argument, found from their addresses
 (``expr.sparsity.rolled_pattern``, vectorised, in proportion to the nonzeros); its columns are
-coloured (``compile.colouring``); one compiled product per colour, a Jacobian-vector product
+coloured (``compile.colouring``) where the entries are not bands (``_Direct``: where they are,
+one kernel evaluates each band's formula at every row); one compiled product per colour, a Jacobian-vector product
 (forward mode) or a Hessian-vector product (forward over reverse) with the seed that is 1 on that
 colour's columns, gives every entry of those columns at once, read back into CSR order. The
 chained Rosenbrock function at a million variables: three products. A Jacobian's dense rows (a
@@ -153,7 +154,7 @@ class _Direct:
         self.positions, self.takes = (np.concatenate([np.zeros(0, np.int64), *a]) for a in (positions, takes))
         # (two addresses meeting at a column on some rows, a cross product's [1, 2, 0][c] and 1: their
         # entries add up there)
-        self.apart = np.unique(self.positions).size == self.positions.size
+        self.apart = not self.positions.size or np.bincount(self.positions, minlength=self.nnz).max() <= 1
         self.compiled = compile([tensor(e, i) for _, e, _ in entries], trace.inputs,
                                 [*trace.params, *trace.constants], backend) if entries else None
 

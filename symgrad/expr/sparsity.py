@@ -391,9 +391,10 @@ def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr, np.ndarray]]:
     groups: dict[tuple, list[Expr]] = {}
     for read in sorted(live, key=str):
         at = np.broadcast_to(_indexed(read.args[1], grid), (n,)).astype(np.int64)
-        offsets = np.unique(at - np.arange(n))
+        offsets = at - np.arange(n)
         # (reads of one column written apart, x[2*i + 1] and x[table[i]]: one entry, by their values)
-        groups.setdefault((0, int(offsets[0]), "") if offsets.size == 1 else (1, 0, at.tobytes()), []).append(read)
+        band = offsets.min() == offsets.max()
+        groups.setdefault((0, int(offsets[0]), "") if band else (1, 0, at.tobytes()), []).append(read)
     out = []
     order = lambda group: (group[0][:2], str(group[1][0].args[1]))  # noqa: E731
     for _, reads in sorted(groups.items(), key=order):
