@@ -56,16 +56,20 @@ class RolledSparse:
             raise NotImplementedError("no rolled form")
         inputs = list(program.inputs.exprs)
         wrt = 0 if hessian else len(pytree.flatten(args[:self.argnum])[0])  # (jit's inputs: every leaf)
-        self.formula = (list(program.roots), inputs[wrt] if wrt < len(inputs) else None)
+        vector = wrt < len(inputs) and inputs[wrt].op.name == "array" and \
+            int(np.prod(inputs[wrt].shape)) == np.size(args[self.argnum])
+        self.formula = (list(program.roots), inputs[wrt] if vector else None)
+        self.hessian, self.out_shape, trace = hessian, np.shape(result), traced._last
+        self.direct = _Direct.made(trace, *self.formula, hessian, owner.backend) \
+            if len(program.roots) == 1 and vector and not trace.guards else None
+        if self.direct is not None:  # (its pattern: where its formulas are read)
+            self.pattern = self.direct.pattern
+            return
         pattern = rolled_pattern(list(program.roots), inputs)
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if hessian else pattern.tocsr()
         self.pattern.sort_indices()
-        self.hessian, self.out_shape, trace = hessian, np.shape(result), traced._last
-        self.direct = _Direct.made(trace, *self.formula, self.pattern, owner.backend) \
-            if len(self.formula[0]) == 1 and self.formula[1] is not None and not trace.guards else None
-        if self.direct is None:
-            self._coloured(owner, args, result, options)
+        self._coloured(owner, args, result, options)
 
     def _coloured(self, owner: Any, args: tuple, result: Any, options: dict) -> None:
         """The colours and the products that give the entries where their formulas are not bands."""
@@ -132,26 +136,28 @@ class _Direct:
     positions in CSR order, found once. The primal is computed once a row for all its entries (the
     colours' products each computed it again: 14 for a bundle adjustment)."""
 
-    def __init__(self, trace: Any, entries: list, root: Expr, pattern: scipy.sparse.csr_matrix,
-                 backend: str) -> None:
+    def __init__(self, trace: Any, entries: list, root: Expr, columns: int, symmetric: bool, backend: str) -> None:
         from symgrad.compile.function import compile
         from symgrad.expr.rolled import tensor
 
-        i, rows, columns = root.args[1], root.shape[0], pattern.shape[1]
-        keys = np.repeat(np.arange(rows, dtype=np.int64), np.diff(pattern.indptr)) * columns + pattern.indices
-        positions, takes = [], []
-        for k, (at, _, live) in enumerate(entries):
-            column = np.broadcast_to(index_values(at, (i,)), (rows,)).astype(np.int64)
+        i, rows = root.args[1], root.shape[0]
+        at, takes = [], []
+        for k, (address, _, live) in enumerate(entries):
+            column = np.broadcast_to(index_values(address, (i,)), (rows,)).astype(np.int64)
             row = np.flatnonzero(live & (column >= 0) & (column < columns))  # (elsewhere its formula is 0)
-            key = row * columns + column[row]
-            pos = np.minimum(np.searchsorted(keys, key), max(keys.size - 1, 0))
-            held = keys[pos] == key if keys.size else np.zeros(key.size, dtype=bool)
-            # (a row the pattern leaves out reads it in another branch of a where: 0 there, as the
-            # pattern never misses a nonzero)
-            positions.append(pos[held])
-            takes.append(k * rows + row[held])
-        self.trace, self.nnz = trace, pattern.nnz
-        self.positions, self.takes = (np.concatenate([np.zeros(0, np.int64), *a]) for a in (positions, takes))
+            at.append((row, column[row]))
+            takes.append(k * rows + row)
+        row, column = (np.concatenate([np.zeros(0, np.int64), *(a[j] for a in at)]) for j in (0, 1))
+        pattern = scipy.sparse.csr_matrix((np.ones(row.size, dtype=bool), (row, column)), shape=(rows, columns))
+        if symmetric:  # (a Hessian's: its rows read both halves already; symmetric on paper, stored so)
+            pattern = pattern + pattern.T
+        self.pattern = scipy.sparse.csr_matrix(pattern, dtype=float)
+        self.pattern.sort_indices()
+        keys = np.repeat(np.arange(rows, dtype=np.int64), np.diff(self.pattern.indptr)) * columns + \
+            self.pattern.indices
+        self.positions = np.searchsorted(keys, row * columns + column)
+        self.takes = np.concatenate([np.zeros(0, np.int64), *takes])
+        self.trace, self.nnz = trace, self.pattern.nnz
         # (two addresses meeting at a column on some rows, a cross product's [1, 2, 0][c] and 1: their
         # entries add up there)
         self.apart = not self.positions.size or np.bincount(self.positions, minlength=self.nnz).max() <= 1
@@ -159,7 +165,7 @@ class _Direct:
                                 [*trace.params, *trace.constants], backend) if entries else None
 
     @classmethod
-    def made(cls, trace: Any, roots: list, x: Expr, pattern: scipy.sparse.csr_matrix, backend: str) -> Any:
+    def made(cls, trace: Any, roots: list, x: Expr, symmetric: bool, backend: str) -> Any:
         """The direct evaluation, or None where the entries are not bands (a row reading the vector in
         a sum, a scatter adding into one element) or their formulas are too large."""
         try:
@@ -168,7 +174,7 @@ class _Direct:
             return None
         if len(topo_order([e for _, e, _ in entries])) > DIRECT_MAX:
             return None
-        return cls(trace, entries, roots[0], pattern, backend)
+        return cls(trace, entries, roots[0], int(np.prod(x.shape)), symmetric, backend)
 
     def __call__(self, args: tuple, kwargs: dict) -> np.ndarray:
         if self.compiled is None:  # (no entry reads the vector: all zero)

@@ -375,6 +375,9 @@ def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr, np.ndarray]]:
     if rows.op.name != "tensor" or len(rows.args) != 2 or x.op.name != "array" or len(x.shape) != 1:
         raise NotImplementedError("bands: a rolled vector's derivative with respect to a vector")
     body, i = _inlined(rows.args[0]), rows.args[1]
+    left = next((a for a in topo_order([body]) if a.op.array_valued and a.op.name not in ("array", "table")), None)
+    if left is not None:  # (a running sum, a scan: rows on other rows, no band formula)
+        raise NotImplementedError(f"bands: an element reads {left.op.name} of arrays")
     grid, n = _Grid((i,)), rows.shape[0]
     live: dict[Expr, np.ndarray] = {}
     for read, conditions in _differentiable_leaves(body):
