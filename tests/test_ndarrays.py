@@ -655,3 +655,24 @@ def test_a_concatenation_closed_by_a_list_of_traced_scalars_rolls():
     step, eye = 1e-6, np.eye(300)
     fd = np.stack([(c(x + step * eye[k]) - c(x - step * eye[k])) / (2 * step) for k in range(300)], axis=1)
     np.testing.assert_allclose(J, fd, rtol=1e-6, atol=1e-6)
+
+
+def test_a_concatenation_of_many_computed_parts_reads_them_and_differentiates_alike():
+    """Past INLINED_PARTS parts a concatenation reads its computed parts instead of inlining their
+    formulas (a constraint vector of 12 parts): values and gradients on every backend against the
+    interpreter and central differences."""
+    def f(x, w):
+        q, v = x[:40], x[40:]
+        parts = [q[1:] - q[:-1] * v[1:], np.sin(v[1:]) * q[:-1], np.exp(-q[:3] ** 2), v[-1:] - 1.0, q[:1] * v[:1]]
+        return np.sum(w * np.concatenate(parts) ** 2)
+
+    rng = np.random.default_rng(7)
+    x, w = rng.normal(size=80), rng.normal(size=39 + 39 + 3 + 1 + 1)
+    assert ndarrays.INLINED_PARTS < 5
+    want = sg.value_and_grad(f, backend="python")(x, w)
+    for backend in ("vm", "numba"):
+        got = sg.value_and_grad(f, backend=backend)(x, w)
+        assert got[0] == pytest.approx(want[0], rel=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-11, atol=1e-13)
+    fd = [(f(x + 1e-6 * e, w) - f(x - 1e-6 * e, w)) / 2e-6 for e in np.eye(80)]
+    np.testing.assert_allclose(want[1], fd, rtol=1e-6, atol=1e-7)
