@@ -156,7 +156,8 @@ class _Rows:
         shapes = [np.shape(leaves[j]) for j in slots]
         if any(s[:1] != (self.n,) for s in shapes) or np.isnan(self.n):
             raise ValueError(f"{who}: the data arguments need a leading axis of the same (known) number of rows, "
-                             f"got shapes {shapes}")
+                             f"got shapes {shapes}" + (" (unknown row counts: call .compute_chunk_sizes() on them)"
+                                                       if np.isnan(self.n) else ""))
         arrays = []
         for j in slots:
             leaf = leaves[j]
@@ -174,13 +175,15 @@ class _Rows:
         self.params = dask.delayed(self.arguments, pure=True)
         self.bounds = np.cumsum((0, *self.chunks)).tolist()
 
-    def tasks(self, shipped: Any, what: Any, name: str) -> list:
-        """One task per chunk: ``what(function, args, kwargs)`` on the chunk's rows."""
+    def tasks(self, shipped: Any, what: Any, name: str, empty: bool = True) -> list:
+        """One task per chunk: ``what(function, args, kwargs)`` on the chunk's rows (not on an empty
+        chunk, unless ``empty``: a sum of no rows adds nothing, and a kernel has no rows to run)."""
         import dask
 
         run = dask.delayed(_chunk, pure=True)
         return [run(shipped, what, self.params, (i, self.bounds[i], self.bounds[i + 1]),
-                    *(b[i] for b in self.blocks), dask_key_name=(name, i)) for i in range(len(self.chunks))]
+                    *(b[i] for b in self.blocks), dask_key_name=(name, i)) for i in range(len(self.chunks))
+                if empty or self.chunks[i]]
 
     def example(self, rows: int) -> tuple:
         """The arguments with ``rows`` zero rows in each row leaf (shapes and dtypes, no data)."""
@@ -286,10 +289,16 @@ def lazy_sum(f: Any, /, *args: Any, **kwargs: Any) -> Any:
     import dask
 
     who = f"{getattr(f, '_who', 'Compiled')}.sum"
+    from symgrad.compile.function import Compiled
+
+    if isinstance(f, Compiled):
+        _widths(f, (None, *args[1:]))
     rows = _Rows(args, kwargs, _data_rows(f, args, kwargs), who)
     shipped = dask.delayed(Shipped(f), pure=True)
     token = dask.base.tokenize(shipped.key, rows.params.key, [[b.key for b in bs] for bs in rows.blocks])
-    parts = rows.tasks(shipped, _sum_of, f"symgrad-sum-{token}")
+    parts = rows.tasks(shipped, _sum_of, f"symgrad-sum-{token}", empty=False)
+    if not parts:
+        raise ValueError(f"{who}: the Dask arrays hold no rows")
     add, level = dask.delayed(_added, pure=True), [0]
 
     def pair(a: Any, b: Any) -> Any:
@@ -315,6 +324,7 @@ def lazy_map(f: Any, /, *args: Any, **kwargs: Any) -> Any:
     from symgrad.compile.function import Compiled
 
     if isinstance(f, Compiled):
+        _widths(f, args)
         rows = _Rows(args, kwargs, _batch_rows(args), "Compiled.batch")
         empty = f.batch(*rows.example(0)[0])
         tree_leaves, out_tree = pytree.flatten(empty)
@@ -335,6 +345,13 @@ def lazy_map(f: Any, /, *args: Any, **kwargs: Any) -> Any:
     return pytree.unflatten(out_tree, arrays)
 
 
+def _widths(f: Any, args: tuple) -> None:
+    """Compiled.batch(X, P) / .sum(x, P): X's and P's columns checked before anything is sent."""
+    for value, which, n in zip(args, ("X", "P"), (len(f.program.inputs), len(f.program.params))):
+        if value is not None and np.ndim(value) == 2 and np.shape(value)[1] != n:
+            raise ValueError(f"{which}: expected shape (N, {n}), got shape {np.shape(value)}")
+
+
 def _batch_rows(args: tuple) -> list[bool]:
     """batch(X, P): X's rows, and P's where it has as many (a Dask array, or N rows of a NumPy one)."""
     if not 1 <= len(args) <= 2:
@@ -351,8 +368,9 @@ def _mapped_rows(f: Any, args: tuple, kwargs: dict) -> list[bool]:
 
     fn = f.fn
     if not isinstance(fn, Batched):
-        raise TypeError(f"{f._who}: a Dask array is rows in chunks: map a function over them with sg.vmap, "
-                        "or sum over them with .sum (sg.value_and_grad, sg.grad)")
+        raise TypeError(f"{f._who}: a Dask array is rows in chunks: map a function over them with sg.vmap as the "
+                        "outermost transform (sg.vmap(sg.jit(f)), not sg.jit(sg.vmap(f))), or sum over them "
+                        "with .sum (sg.value_and_grad, sg.grad)")
     if any(a != 0 for a in (fn.out_axes if isinstance(fn.out_axes, tuple | list) else [fn.out_axes])):
         raise ValueError(f"{f._who}: on Dask arrays results stack along axis 0 (out_axes=0)")
     axes = _in_axes(fn.in_axes, len(args), fn.__name__)

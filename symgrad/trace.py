@@ -1426,16 +1426,18 @@ class Function:
         """
         if not self.rule.summable:
             raise TypeError(f"sum: for sg.grad and sg.value_and_grad, not sg.{self.transform}")
-        if distributed.holds_dask(args, kwargs):  # rows in chunks: one task each, on Dask's workers
-            return distributed.lazy_sum(self, *args, **kwargs).compute()
         argnums = {n + len(args) if n < 0 else n for n in self.argnums}
         data = [i for i in range(len(args)) if i not in argnums and i not in self.static_argnums]
         data += [k for k in kwargs if k not in self.static_argnames]
         pick = lambda key: kwargs[key] if isinstance(key, str) else args[key]
         counts = {key: np.shape(pick(key))[:1] for key in data}
         if not data or any(c != counts[data[0]] for c in counts.values()) or counts[data[0]] == ():
+            unknown = any(np.isnan(c).any() for c in counts.values())  # (a Dask array filtered by a mask)
             raise ValueError("sum: the data arguments (those not in argnums) need a leading axis of the same "
-                             f"number of rows, got shapes {[np.shape(pick(k)) for k in data]}")
+                             f"number of rows, got shapes {[np.shape(pick(k)) for k in data]}"
+                             + (" (unknown row counts: call .compute_chunk_sizes() on them)" if unknown else ""))
+        if distributed.holds_dask(args, kwargs):  # rows in chunks: one task each, on Dask's workers
+            return distributed.lazy_sum(self, *args, **kwargs).compute()
         if not self.has_aux:
             try:
                 return self._summed(len(args), argnums)(*args, **kwargs)

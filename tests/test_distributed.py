@@ -199,6 +199,26 @@ def test_refusals(client):
         sg.vmap(lambda x: x * 2.0, in_axes=1)(Xd)
 
 
+def test_empty_chunks_dict_data_and_widths_are_told_before_anything_runs(client):
+    """An empty chunk (a mask, then compute_chunk_sizes) adds nothing; data in a dict, rows of unknown
+    count, a Compiled's wrong column count and sg.jit(sg.vmap(f)) are refused at once, saying why (found
+    by an independent tester: the first crashed in a task, the others failed there or advised wrongly)."""
+    vg = sg.value_and_grad(logistic)
+    w, X, y = data(100)
+    Xd, yd = da.from_array(X, chunks=((50, 0, 50), (4,))), da.from_array(y, chunks=((50, 0, 50),))
+    assert close(vg.sum(w, Xd, yd), vg.sum(w, X, y))
+    with pytest.raises(ValueError, match="need a leading axis"):
+        sg.value_and_grad(lambda w, b: logistic(w, b["x"], b["y"])).sum(w, {"x": Xd, "y": yd})
+    mask = Xd[:, 0] > 0.0
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        vg.sum(w, Xd[mask], yd[mask])
+    a, b = sg.symbols("a b")
+    with pytest.raises(ValueError, match=r"expected shape \(N, 2\), got shape \(100, 1\)"):
+        sg.value_and_grad(a * a * b, [a, b]).batch(da.from_array(np.ones((100, 1)), chunks=(30, 1)))
+    with pytest.raises(TypeError, match="outermost"):
+        sg.jit(sg.vmap(logistic, in_axes=(None, 0, 0)))(w, Xd, yd)
+
+
 def test_a_worker_killed_mid_run_changes_nothing(client):
     vg = sg.value_and_grad(logistic)
     w, X, y = data(40_000)
