@@ -66,7 +66,7 @@ def made_on_workers(client, n: int, rows: int) -> tuple:
 
 def measure(row, n: int = 10**7, chunk_rows: int = 10**6, tiny_chunks: int = 400) -> dict:
     """Rows for run.py's table (``row(problem, tool, metric, seconds, base, unit)``); returns the numbers."""
-    vg = sg.value_and_grad(logistic)
+    vg = sg.value_and_grad(logistic, backend="numba")  # (compiled at once: no loop-VM phase on either side)
     w = np.linspace(-0.5, 0.5, D + 1)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                        silence_logs=logging.CRITICAL)
