@@ -697,7 +697,7 @@ def root_of_squares(v: Any) -> Expr:
 
 
 MAX_PIECES = 16  # arrays joined by one concatenate / stack in rolled form (a constraint vector: 12)
-INLINED_PARTS = 3  # parts up to which a concatenation inlines their formulas
+INLINED_PARTS = 8  # parts up to which a concatenation inlines their formulas (an LSTM's gates: 4)
 
 
 def concatenate(arrays: Any, axis: int | None = 0, out: Any = None, **rest: Any) -> Expr:
