@@ -184,7 +184,10 @@ def test_rolled_patterns_never_miss_a_nonzero(seed):
     g(*args)
     program = g.compiled.program
     assume(hasattr(program, "roots"))  # (rolled)
-    pattern = rolled_pattern(list(program.roots), list(program.inputs.exprs)).toarray()
+    try:
+        pattern = rolled_pattern(list(program.roots), list(program.inputs.exprs)).toarray()
+    except NotImplementedError:  # (an address read from an array, a scan's: the sparse path takes the element one)
+        assume(False)
     dense = np.asarray(sg.hessian(f, argnums=0, backend="vm")(*args)).reshape(pattern.shape)
     missed = (dense != 0) & ~pattern
     assert not missed.any(), (p.source, np.argwhere(missed)[:5])
