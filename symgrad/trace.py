@@ -1402,8 +1402,9 @@ class Function:
         >>> import numpy as np, symgrad as sg
         >>> from symgrad.trace import Function
         >>> jvp = Function(np.sin, "jvp")
-        >>> [t for _, t in jvp.call_many((np.zeros(2),), {}, [(np.ones(2),), (np.array([0.0, 2.0]),)])]
-        [array([1., 1.]), array([0., 2.])]
+        >>> np.vstack([t for _, t in jvp.call_many((np.zeros(2),), {}, [(np.ones(2),), (np.array([0.0, 2.0]),)])])
+        array([[1., 1.],
+               [0., 2.]])
         """
         key = self._key(args, kwargs)
         if key is None or _tracing.depth or any(_has_symbolic(e) for e in extras) or self.rule.derive is _jit:
