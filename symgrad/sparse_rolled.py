@@ -118,8 +118,12 @@ class RolledSparse:
         return np.stack([np.ravel(t) for _, t in self.product.call_many(args, kwargs, tangents)])
 
     def __call__(self, args: tuple, kwargs: dict) -> scipy.sparse.csr_matrix:
-        if self.direct is not None:
-            return self.pattern._with_data(self.direct(args, kwargs), copy=False)
+        data = self.direct(args, kwargs) if self.direct is not None else self._coloured_data(args, kwargs)
+        # (the structure copied: a caller's eliminate_zeros() on one result must not change the next)
+        return scipy.sparse.csr_matrix((data, self.pattern.indices.copy(), self.pattern.indptr.copy()),
+                                       shape=self.pattern.shape)
+
+    def _coloured_data(self, args: tuple, kwargs: dict) -> np.ndarray:
         data = np.take(self._products(args, kwargs), self.at)
         for r in self.dense_rows:  # (a row of all the columns: one reverse sweep, not a colour a column)
             cotangent = np.zeros(self.pattern.shape[0])
@@ -127,7 +131,7 @@ class RolledSparse:
             row = np.ravel(self.reverse.call(args, kwargs, cotangent.reshape(self.out_shape))[1][self.argnum])
             lo, hi = self.pattern.indptr[r], self.pattern.indptr[r + 1]
             data[lo:hi] = row[self.pattern.indices[lo:hi]]
-        return scipy.sparse.csr_matrix((data, self.pattern.indices, self.pattern.indptr), shape=self.pattern.shape)
+        return data
 
 
 class _Direct:

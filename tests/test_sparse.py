@@ -334,3 +334,15 @@ def test_the_bands_of_a_sparse_hessian_or_jacobian_are_its_entries(fn, n, hessia
     text = h.formulas()
     assert text.count(" = ") >= len(entries) and ("H[" if hessian else "J[") in text
     assert fn is not rosen or [str(at) for at, _, _ in entries] == ["j - 1", "j", "j + 1"]  # (tridiagonal)
+
+
+def test_a_sparse_result_changed_by_its_caller_leaves_the_next_one_alone():
+    """Each result has its own structure: eliminate_zeros() on one (it rewrites indices in place) must
+    not change the pattern the next call fills (the values would land in the wrong columns)."""
+    x = np.linspace(-1.0, 1.0, 500)
+    h = sg.hessian(rosen, sparse=True, **VM)
+    first = h(x)
+    first.data[:] = 0.0
+    first.eliminate_zeros()
+    np.testing.assert_allclose(h(x).toarray(), scipy.sparse.csr_matrix(rosen_hessian(x)).toarray(),
+                               rtol=1e-12, atol=1e-12)
