@@ -411,104 +411,68 @@ def sparse_hessian() -> None:
 def collocation() -> None:
     """The cart-pole swing-up by direct collocation (examples/collocation.py), N = 2000: 10,005
     variables, solved by IPOPT through symgrad (sg.minimize) and through CasADi's nlpsol on the same
-    equations; setup (derivatives built, compiled), IPOPT's iterations and time per iteration."""
+    equations; setup (derivatives built, compiled), IPOPT's iterations and time per iteration. symgrad
+    runs on the IPOPT cyipopt links (Debian's 3.11.9) and, beside CasADi, on CasADi's own IPOPT build
+    (3.14.19, MUMPS 5.8.2, in its wheel): IPOPT's linear algebra is most of an iteration, and the two
+    builds differ there by 3-5x."""
     sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
     import collocation as cp
     from scipy.optimize import NonlinearConstraint
 
-    if importlib.util.find_spec("cyipopt") is None:
+    from symgrad.ipopt import library
+
+    try:
+        library()
+    except ImportError:
         return
     name = f"cart-pole swing-up, collocation N={cp.N} ({5 * (cp.N + 1)} variables), IPOPT"
     rolled_ready("rosenbrock", 10, "vm")  # (the loop VM: compiled once per machine, as CasADi is installed)
     start = time.perf_counter()
     problem = sg.optimize.Problem(cp.effort, [NonlinearConstraint(cp.defects, 0.0, 0.0)], cp.guess())
     setup = time.perf_counter() - start
-    lower, upper = cp.bounds()
-    solves, spent = [], [0.0]
+    spent = [0.0]
     for method in ("objective", "gradient", "constraints", "jacobian", "hessian"):
         setattr(problem, method, _timed(getattr(problem, method), spent))
-    for _ in range(2):  # (the first on the loop VM while Numba compiles, the second on Numba's loops)
+
+    def solve(path=None):
         spent[0], start = 0.0, time.perf_counter()
-        result = sg.optimize._ipopt(problem, cp.guess(), lower, upper, {"tol": 1e-8})
-        solves.append(((time.perf_counter() - start) / max(result.nit, 1), spent[0] / max(result.nit, 1)))
+        result = sg.optimize._ipopt(problem, cp.guess(), *cp.bounds(), {"tol": 1e-8}, path)
         assert result.success
-        problem.ready()
-    tool = f"symgrad sg.minimize(method='ipopt') ({result.nit} iterations, effort {result.fun:.6f})"
+        return result, (time.perf_counter() - start) / max(result.nit, 1), spent[0] / max(result.nit, 1)
+
+    first = solve()  # (on the loop VM while Numba compiles)
+    problem.ready()
+    result, per_iteration, derivatives = solve()
+    tool = (f"symgrad sg.minimize(method='ipopt'), cyipopt's IPOPT ({result.nit} iterations, effort "
+            f"{result.fun:.6f})")
     row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
-    row(name, tool, "per IPOPT iteration, first solve", solves[0][0], None)
-    row(name, tool, "per IPOPT iteration", solves[1][0], None)
-    row(name, tool, "functions and derivatives, per iteration", solves[1][1], None)
-    if HAVE["casadi"]:
-        start = time.perf_counter()
-        z = ca.SX.sym("z", 5 * (cp.N + 1))
-        join = lambda parts: ca.vertcat(*parts)  # noqa: E731
-        nlp = {"x": z, "f": _casadi_effort(cp, z), "g": cp.defects(z, ca, join)}
-        solver = ca.nlpsol("S", "ipopt", nlp, {"ipopt": {"tol": 1e-8, "print_level": 0, "sb": "yes"},
-                                                 "print_time": False})
-        setup = time.perf_counter() - start
-        start = time.perf_counter()
-        out = solver(x0=cp.guess(), lbx=lower, ubx=upper, lbg=0.0, ubg=0.0)
-        solve, stats = time.perf_counter() - start, solver.stats()
-        assert stats["success"] and abs(float(out["f"]) - result.fun) < 1e-6 * abs(result.fun)
-        tool = f"CasADi SX nlpsol('ipopt') ({stats['iter_count']} iterations, effort {float(out['f']):.6f})"
-        row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
-        row(name, tool, "per IPOPT iteration", solve / max(stats["iter_count"], 1), None)
-        derivatives = sum(stats.get(f"t_wall_{k}", 0.0)
-                          for k in ("nlp_f", "nlp_g", "nlp_grad_f", "nlp_jac_g", "nlp_hess_l"))
-        row(name, tool, "functions and derivatives, per iteration", derivatives / max(stats["iter_count"], 1),
-            None)
-        # CasADi's own derivatives through the IPOPT symgrad runs (cyipopt: Debian's IPOPT and MUMPS): the
-        # linear algebra and the iteration count are the IPOPT build's, not the derivatives'
-        casadi_problem = _CasadiProblem(cp, z, nlp)
-        for method in ("objective", "gradient", "constraints", "jacobian", "hessian"):
-            setattr(casadi_problem, method, _timed(getattr(casadi_problem, method), spent))
-        spent[0], start = 0.0, time.perf_counter()
-        other = sg.optimize._ipopt(casadi_problem, cp.guess(), lower, upper, {"tol": 1e-8})
-        solve = time.perf_counter() - start
-        tool = f"CasADi's derivatives through cyipopt's IPOPT ({other.nit} iterations, effort {other.fun:.6f})"
-        row(name, tool, "per IPOPT iteration", solve / max(other.nit, 1), None)
-        row(name, tool, "functions and derivatives, per iteration", spent[0] / max(other.nit, 1), None)
-
-
-class _CasadiProblem:
-    """CasADi's compiled functions of the same NLP as cyipopt's problem object (sg.optimize._ipopt)."""
-
-    def __init__(self, cp, z, nlp):
-        lam, sigma = ca.SX.sym("lam", nlp["g"].shape[0]), ca.SX.sym("sigma")
-        jac = ca.jacobian(nlp["g"], z)
-        hess = ca.tril(ca.hessian(sigma * nlp["f"] + ca.dot(lam, nlp["g"]), z)[0])
-        self.f = ca.Function("f", [z], [nlp["f"], ca.gradient(nlp["f"], z)])
-        self.g, self.j = ca.Function("g", [z], [nlp["g"]]), ca.Function("j", [z], [jac])
-        self.h = ca.Function("h", [z, sigma, lam], [hess])
-        self.m = nlp["g"].shape[0]
-        self.lower = self.upper = np.zeros(self.m)
-        self.structures = [tuple(map(np.array, e.sparsity().get_triplet())) for e in (jac, hess)]
-        self.iterations = 0
-
-    def jacobianstructure(self):
-        return self.structures[0]
-
-    def hessianstructure(self):
-        return self.structures[1]
-
-    def objective(self, x):
-        return float(self.f(x)[0])
-
-    def gradient(self, x):
-        return np.asarray(self.f(x)[1]).ravel()
-
-    def constraints(self, x):
-        return np.asarray(self.g(x)).ravel()
-
-    def jacobian(self, x):
-        return np.asarray(self.j(x).nonzeros())
-
-    def hessian(self, x, lagrange, obj_factor):
-        return np.asarray(self.h(x, obj_factor, lagrange).nonzeros())
-
-    def intermediate(self, alg_mod, iter_count, *rest):
-        self.iterations = iter_count
-        return True
+    row(name, tool, "per IPOPT iteration, first solve", first[1], None)
+    row(name, tool, "per IPOPT iteration", per_iteration, None)
+    row(name, tool, "functions and derivatives, per iteration", derivatives, None)
+    if not HAVE["casadi"]:
+        return
+    start = time.perf_counter()
+    z = ca.SX.sym("z", 5 * (cp.N + 1))
+    nlp = {"x": z, "f": _casadi_effort(cp, z), "g": cp.defects(z, ca, lambda parts: ca.vertcat(*parts))}
+    options = {"ipopt": {"tol": 1e-8, "print_level": 0, "sb": "yes"}, "print_time": False}
+    solver = ca.nlpsol("S", "ipopt", nlp, options)
+    setup = time.perf_counter() - start
+    start = time.perf_counter()
+    out = solver(x0=cp.guess(), lbx=cp.bounds()[0], ubx=cp.bounds()[1], lbg=0.0, ubg=0.0)
+    took, stats = time.perf_counter() - start, solver.stats()
+    casadis = min(map(str, Path(ca.__file__).parent.glob("libipopt.so*")), default=None)
+    if casadis is not None:
+        result, per_iteration, derivatives = solve(casadis)
+        tool = (f"symgrad sg.minimize(method='ipopt', library=CasADi's IPOPT) ({result.nit} iterations, effort "
+                f"{result.fun:.6f})")
+        row(name, tool, "per IPOPT iteration", per_iteration, None)
+        row(name, tool, "functions and derivatives, per iteration", derivatives, None)
+    assert stats["success"] and abs(float(out["f"]) - result.fun) < 1e-6 * abs(result.fun)
+    tool = f"CasADi SX nlpsol('ipopt') ({stats['iter_count']} iterations, effort {float(out['f']):.6f})"
+    row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
+    row(name, tool, "per IPOPT iteration", took / max(stats["iter_count"], 1), None)
+    derivatives = sum(stats.get(f"t_wall_nlp_{k}", 0.0) for k in ("f", "g", "grad_f", "jac_g", "hess_l"))
+    row(name, tool, "functions and derivatives, per iteration", derivatives / max(stats["iter_count"], 1), None)
 
 
 def _timed(method, spent):

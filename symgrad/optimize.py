@@ -120,13 +120,14 @@ def _structure(M: scipy.sparse.spmatrix) -> tuple[np.ndarray, np.ndarray]:
 
 def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
              constraints: Sequence[scipy.optimize.NonlinearConstraint] = (), method: str = "ipopt",
-             options: dict | None = None) -> scipy.optimize.OptimizeResult:
+             options: dict | None = None, library: str | None = None) -> scipy.optimize.OptimizeResult:
     """Minimise ``fun(x, *args)`` subject to ``constraints`` (``scipy.optimize.NonlinearConstraint``:
     ``lb <= c(x) <= ub``, ``c`` written in NumPy, no derivatives given) and ``bounds`` (a
     ``scipy.optimize.Bounds`` or a pair of arrays), with IPOPT (``method="ipopt"``, cyipopt: the
     ``symgrad[ipopt]`` extra) or SciPy's ``"trust-constr"``; symgrad supplies the gradient, the
     constraints' sparse Jacobian and the sparse Hessian of the Lagrangian. ``options``: the solver's
-    (IPOPT's by name: ``{"tol": 1e-8, "print_level": 0}``).
+    (IPOPT's by name: ``{"tol": 1e-8, "print_level": 0}``); ``library``: the path of another IPOPT
+    build's shared library (one with HSL's solvers, say) than the one cyipopt links.
 
     >>> import numpy as np, scipy.optimize, symgrad as sg
     >>> circle = scipy.optimize.NonlinearConstraint(lambda x: np.sum(x ** 2, keepdims=True), 1.0, 1.0)
@@ -141,7 +142,7 @@ def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
     problem = Problem(fun, list(constraints), x0, args)
     lb, ub = _bounds(bounds, x0.size)
     if method == "ipopt":
-        return _ipopt(problem, x0, lb, ub, options or {})
+        return _ipopt(problem, x0, lb, ub, options or {}, library)
     if method != "trust-constr":
         raise ValueError(f"sg.minimize: method must be 'ipopt' or 'trust-constr', got {method!r}")
     kept = [scipy.optimize.NonlinearConstraint(
@@ -164,22 +165,14 @@ def _bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
             np.broadcast_to(np.asarray(ub, dtype=float), (n,)).copy())
 
 
-def _ipopt(problem: Problem, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray,
-           options: dict) -> scipy.optimize.OptimizeResult:
+def _ipopt(problem: Problem, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options: dict,
+           library: str | None = None) -> scipy.optimize.OptimizeResult:
     import scipy.optimize
 
-    try:
-        import cyipopt
-    except ImportError:
-        raise ImportError("sg.minimize(method='ipopt') needs cyipopt: pip install 'symgrad[ipopt]' (it builds "
-                          "against IPOPT's library: Debian's coinor-libipopt-dev)") from None
-    nlp = cyipopt.Problem(n=x0.size, m=problem.m, problem_obj=problem, lb=lb, ub=ub, cl=problem.lower,
-                          cu=problem.upper)
-    for name, value in {"print_level": 0, "sb": "yes", **options}.items():
-        nlp.add_option(name, value)
-    x, info = nlp.solve(x0)
-    message = info["status_msg"]
+    from symgrad.ipopt import solve
+
+    info = solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes", **options}, library)
     return scipy.optimize.OptimizeResult(
-        x=x, fun=info["obj_val"], success=info["status"] in (0, 1), status=info["status"], nit=problem.iterations,
-        message=message.decode() if isinstance(message, bytes) else message, constr=info["g"],
-        multipliers=info["mult_g"], info=info)
+        x=info["x"], fun=info["obj_val"], success=info["status"] in (0, 1), status=info["status"],
+        nit=problem.iterations, message=info["status_msg"], constr=info["g"], multipliers=info["mult_g"],
+        info=info)

@@ -1,6 +1,7 @@
 """sg.minimize: IPOPT (cyipopt) and SciPy's trust-constr with symgrad's gradient, sparse constraint
 Jacobian and sparse Lagrangian Hessian, on problems whose optimum is known."""
 
+import ctypes.util
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import scipy.optimize
 
 import symgrad as sg
+from symgrad import ipopt
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
 import collocation  # noqa: E402
@@ -64,3 +66,67 @@ def test_a_collocation_problem_matches_its_defects_and_the_derivatives_ipopt_is_
         assert np.all(np.abs(result.x[4 * 101:]) <= collocation.FORCE + 1e-8)
     finally:
         collocation.N = 2000
+
+
+def _hs071():
+    """Hock-Schittkowski 71 (IPOPT's own example): min x0 x3 (x0 + x1 + x2) + x2, x0 x1 x2 x3 >= 25,
+    |x|^2 = 40, 1 <= x <= 5; optimum 17.0140173 at (1, 4.743, 3.8211, 1.3794)."""
+    product = scipy.optimize.NonlinearConstraint(lambda x: np.prod(x, keepdims=True), 25.0, np.inf)
+    sphere = scipy.optimize.NonlinearConstraint(lambda x: np.sum(x ** 2, keepdims=True), 40.0, 40.0)
+    x0 = np.array([1.0, 5.0, 5.0, 1.0])
+    problem = sg.optimize.Problem(lambda x: x[0] * x[3] * np.sum(x[:3]) + x[2], [product, sphere], x0)
+    return problem, x0, np.ones(4), np.full(4, 5.0)
+
+
+def test_ipopt_through_ctypes_takes_the_steps_cyipopt_takes():
+    """symgrad's binding of IPOPT's C interface and cyipopt's, on the same problem object and library:
+    the same iterates, bit for bit (the callbacks and the values they write are the same), and HS071's
+    published optimum."""
+    cyipopt = pytest.importorskip("cyipopt")
+    problem, x0, lb, ub = _hs071()
+    ours = ipopt.solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes", "tol": 1e-10})
+    theirs_problem = cyipopt.Problem(n=4, m=2, problem_obj=problem, lb=lb, ub=ub, cl=problem.lower,
+                                     cu=problem.upper)
+    for name, value in {"print_level": 0, "sb": "yes", "tol": 1e-10}.items():
+        theirs_problem.add_option(name, value)
+    x, info = theirs_problem.solve(x0)
+    assert ours["status"] == info["status"] == 0
+    np.testing.assert_array_equal(ours["x"], x)
+    np.testing.assert_array_equal(ours["mult_g"], info["mult_g"])
+    assert ours["obj_val"] == info["obj_val"]
+    np.testing.assert_allclose(ours["x"], [1.0, 4.74299963, 3.82114998, 1.37940829], rtol=1e-7)
+    np.testing.assert_allclose(ours["obj_val"], 17.0140173, rtol=1e-8)
+
+
+def test_ipopt_stops_at_an_exception_in_a_callback_and_raises_it():
+    problem, x0, lb, ub = _hs071()
+    calls = []
+
+    def failing(x, *rest):
+        calls.append(1)
+        if len(calls) > 3:
+            raise ZeroDivisionError("the model broke at step 4")
+        return original(x, *rest)
+
+    original, problem.hessian = problem.hessian, failing
+    with pytest.raises(ZeroDivisionError, match="step 4"):
+        ipopt.solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes"})
+    assert len(calls) == 4  # (IPOPT stopped there)
+
+
+def test_ipopt_options_refused_by_name_and_numbers_given_as_integers():
+    problem, x0, lb, ub = _hs071()
+    with pytest.raises(ValueError, match="max_itr=5"):
+        ipopt.solve(problem, x0, lb, ub, {"sb": "yes", "max_itr": 5})
+    result = ipopt.solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes", "tol": 1, "max_iter": 2})
+    assert result["status"] == -1 and result["status_msg"] == "Maximum Number of Iterations Exceeded."
+
+
+def test_minimize_runs_on_an_ipopt_library_given_by_path():
+    path = ctypes.util.find_library("ipopt")
+    sphere = scipy.optimize.NonlinearConstraint(lambda x: np.sum(x ** 2, keepdims=True), 1.0, 1.0)
+    result = sg.minimize(lambda x: x[0] + 2 * x[1], np.array([1.0, 0.0]), constraints=[sphere], library=path,
+                         options={"tol": 1e-10})
+    np.testing.assert_allclose(result.x, -np.array([1.0, 2.0]) / np.sqrt(5), rtol=1e-8)
+    with pytest.raises(OSError, match="no-such-ipopt"):
+        sg.minimize(lambda x: np.sum(x ** 2), np.ones(2), library="/no-such-ipopt.so")
