@@ -4,7 +4,7 @@
 rolled arrays: the pattern is the dependencies of the rolled outputs (a Hessian's: of the rolled
 gradient) on the differentiated argument, found from their addresses
 (``expr.sparsity.rolled_pattern``, vectorised, in proportion to the nonzeros); its columns are
-coloured (``compile.colouring``) where the entries are not bands (``_Direct``: where they are,
+coloured (``compile.sparse_loops``) where the entries are not bands (``_Direct``: where they are,
 one kernel evaluates each band's formula at every row); one compiled product per colour, a Jacobian-vector product
 (forward mode) or a Hessian-vector product (forward over reverse) with the seed that is 1 on that
 colour's columns, gives every entry of those columns at once, read back into CSR order. The
@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse
 
 from symgrad import pytree
-from symgrad.compile.colouring import colour_columns
+from symgrad.compile.sparse_loops import Assembly, colour_columns
 from symgrad.expr.node import Expr
 from symgrad.expr.sparsity import band_entries, bands, index_values, rolled_pattern
 from symgrad.expr.traverse import topo_order
@@ -159,12 +159,9 @@ class _Direct:
         self.pattern.sort_indices()
         keys = np.repeat(np.arange(rows, dtype=np.int64), np.diff(self.pattern.indptr)) * columns + \
             self.pattern.indices
-        self.positions = np.searchsorted(keys, row * columns + column)
-        self.takes = np.concatenate([np.zeros(0, np.int64), *takes])
+        takes = np.concatenate([np.zeros(0, np.int64), *takes])
+        self.assembly = Assembly(np.searchsorted(keys, row * columns + column), takes, self.pattern.nnz)
         self.trace, self.nnz = trace, self.pattern.nnz
-        # (two addresses meeting at a column on some rows, a cross product's [1, 2, 0][c] and 1: their
-        # entries add up there)
-        self.apart = not self.positions.size or np.bincount(self.positions, minlength=self.nnz).max() <= 1
         self.compiled = compile([tensor(e, i) for _, e, _ in entries], trace.inputs,
                                 [*trace.params, *trace.constants], backend) if entries else None
 
@@ -183,12 +180,7 @@ class _Direct:
     def __call__(self, args: tuple, kwargs: dict) -> np.ndarray:
         if self.compiled is None:  # (no entry reads the vector: all zero)
             return np.zeros(self.nnz)
-        values = np.ravel(self.compiled(*self.trace._vectors(args, kwargs, None)))[self.takes]
-        if not self.apart:
-            return np.bincount(self.positions, values, minlength=self.nnz)
-        data = np.zeros(self.nnz)
-        data[self.positions] = values
-        return data
+        return self.assembly(np.ravel(self.compiled(*self.trace._vectors(args, kwargs, None))))
 
 
 DIRECT_MAX = 20_000  # nodes of the entries' formulas, past which each call is colour products instead
