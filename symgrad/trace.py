@@ -355,6 +355,12 @@ def _leaf_info(leaf: Any, who: str, name: str) -> tuple[tuple, Any]:
     if isinstance(leaf, Expr):
         return leaf.shape, None
     if isinstance(leaf, np.ndarray) and leaf.dtype == object:
+        if not _is_symbolic(leaf):  # (an object array of numbers: traced as their float64 values, as NumPy would)
+            try:
+                leaf.astype(float)
+            except (TypeError, ValueError):
+                raise TypeError(f"{who}: argument {name!r} is an object array holding neither numbers nor "
+                                "symgrad expressions") from None
         return leaf.shape, None
     arr = np.asarray(leaf) if isinstance(leaf, np.ndarray | np.generic | int | float) else None
     if isinstance(leaf, int) and arr.dtype.kind == "O":  # beyond int64
@@ -394,7 +400,8 @@ def _tangent_of(v: Expr) -> Expr:
 
 
 def _is_symbolic(leaf: Any) -> bool:
-    return isinstance(leaf, Expr) or isinstance(leaf, np.ndarray) and leaf.dtype == object
+    return isinstance(leaf, Expr) or isinstance(leaf, np.ndarray) and leaf.dtype == object and \
+        any(isinstance(v, Expr) for v in leaf.flat)
 
 
 def _is_rolled(leaf: Any) -> bool:

@@ -355,3 +355,23 @@ def test_an_unpickled_array_finds_the_trace_of_a_fresh_one():
     assert moved.dtype == np.float64 and moved.dtype is not x.dtype
     np.testing.assert_array_equal(g(x), g(moved))
     assert len(g._traces) == 1
+
+
+def test_an_object_array_of_numbers_is_traced_as_their_float64_values():
+    """NumPy reads np.array([1.0, 4.0], dtype=object) as numbers (a pandas column often is one): the
+    values and gradients are the float64 array's, not formulas; an object array of Exprs stays symbolic,
+    and one holding a string is refused naming the argument."""
+    loss = lambda w, t, y: np.sum((w[0] * t + w[1] - y) ** 2)  # noqa: E731
+    w, t, y = np.array([2.0, 1.0]), np.array([0.0, 1.0]), np.array([1.0, 4.5])
+    want = sg.value_and_grad(loss, backend="vm")(w, t, y)
+    for backend in ("vm", "python"):
+        vg = sg.value_and_grad(loss, backend=backend)
+        value, grad = vg(w, t, y.astype(object))
+        assert type(value) is float and grad.dtype == np.float64
+        assert value == want[0] and np.array_equal(grad, want[1])
+        value, grad = vg.sum(w.astype(object), t, y.astype(object))
+        np.testing.assert_allclose(value, want[0], rtol=1e-15)
+    x = sg.Var("x")
+    assert str(sg.jit(lambda v: v * 2)(np.array([x, 1.0], dtype=object))[0]) == "2*x"
+    with pytest.raises(TypeError, match="argument 'v' is an object array holding neither numbers"):
+        sg.jit(lambda v: v * 2)(np.array(["a", 1.0], dtype=object))

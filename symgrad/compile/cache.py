@@ -347,6 +347,24 @@ class _DiskCache(FunctionCache):
                     _unusable(e)
 
 
+def indexed(name: str) -> bool:
+    """Whether module ``name`` has any kernel in the disk cache (an index file under its name):
+    where not, nothing is loaded to find out.
+
+    >>> indexed("k_never_compiled")
+    False
+    """
+    folder = cache_dir()
+    if folder is None or name in _LOADED:
+        return folder is not None
+    prefix = f"{name}."
+    try:
+        with os.scandir(folder / "__pycache__") as entries:
+            return any(e.name.startswith(prefix) and e.name.endswith(".nbi") for e in entries)
+    except OSError:
+        return False
+
+
 def on_disk(module: ModuleType, name: str) -> bool:
     """Whether kernel ``name`` of ``module`` (from ``load``) has machine code in the disk cache:
     compiling it is then a quick load.

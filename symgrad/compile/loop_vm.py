@@ -26,7 +26,7 @@ from symgrad.compile import cache, fastmath, loops, special, vm
 from symgrad.compile.kernels import SIGNATURES, Kernels, register
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import const
-from symgrad.expr.node import Expr
+from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import substitute_indices, value_range
 
@@ -342,6 +342,7 @@ _POWERS = {2.0: _square, 3.0: _cube, 0.5: lambda d, a, emitter: [(OPS["sqrt"].co
 assert _POWERS.keys() == loops.POWERS.keys()
 
 
+@paused_gc()
 def lower(program: loops.LoopProgram) -> dict:
     """``program`` as VM arrays: ``code`` rows, ``ints`` (products' operands), ``consts``, ``tables``,
     ``dims`` (registers, loop counters, workspace floats, sizes of x, p and out)."""

@@ -32,7 +32,7 @@ from symgrad.compile.schedule import Schedule, ScheduleError, Step, riders, ridi
 from symgrad.expr.build import apply, const
 from symgrad.expr.dot import to_dot
 from symgrad.expr.interp import run
-from symgrad.expr.node import Expr, intern
+from symgrad.expr.node import Expr, intern, paused_gc
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import (
     affine,
@@ -258,6 +258,7 @@ class _Emitter:
         home.names[node] = acc
 
 
+@paused_gc()
 def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> str:
     """A Numba module whose ``kernel(x, p, out, work)`` returns ``outputs[0]`` (a scalar) and writes
     the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` and ``p``
@@ -936,7 +937,7 @@ _KERNEL = (types.float64[::1],) * 4
 def numba_on_disk(program: LoopProgram) -> bool:
     """Whether Numba's machine code for ``program`` is in the disk cache (ready in a moment)."""
     name = _module_name(program)
-    if not cache.has_room(name):
+    if not cache.has_room(name) or not cache.indexed(name):  # (not loaded to find it is not there)
         return False
     module = cache.load(name, program.source)
     return all(cache.on_disk(module, f) for f in _compiled_functions(module))

@@ -16,7 +16,7 @@ import numpy as np
 from symgrad.compile.loops import LoopProgram
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program, _key, _label, _names
 from symgrad.expr import custom
-from symgrad.expr.node import Expr, float_bits
+from symgrad.expr.node import Expr, float_bits, paused_gc
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import as_expr_list, topo_order
 from symgrad.progress import CHUNK, progress
@@ -84,6 +84,7 @@ def _emit_power(em: _Emitter, base: int, k: int, one: int | None) -> int:
     return inverse
 
 
+@paused_gc()
 def lower(outputs: Any, inputs: Any, params: Any = (), *, returns_value: bool | None = None) -> Any:
     """Lower expressions to a ``Program`` reading ``x`` (``inputs``) and ``p`` (``params``).
 

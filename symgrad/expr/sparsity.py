@@ -369,6 +369,7 @@ def bands(rows: Expr, x: Expr, name: str = "J") -> dict[str, Expr]:
     return out
 
 
+@paused_gc()
 def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr, np.ndarray]]:
     """``bands``' entries as (column address over ``i``, formula, the rows where a read of that
     column is in a branch taken): bands by offset, then the others."""
