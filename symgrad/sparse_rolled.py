@@ -100,6 +100,24 @@ class RolledSparse:
             self.product.compiled.ready()
         return self
 
+    def explain(self) -> str:
+        """One line: the matrix's size and nonzeros, and how each call computes them.
+
+        >>> import numpy as np, symgrad as sg
+        >>> h = sg.hessian(lambda x: np.sum(x[:-1] * x[1:] ** 2), sparse=True)
+        >>> _ = h(np.ones(4000))
+        >>> print(next(iter(h._sparse_rolled.values())).explain())
+        rolled sparse Hessian (4000, 4000), 11997 nonzeros: 3 band formulas at every row, one kernel
+        """
+        kind = "Hessian" if self.hessian else "Jacobian"
+        if self.direct is not None:
+            count = len(self.direct.compiled.program.roots) if self.direct.compiled is not None else 0
+            how = f"{count} band formulas at every row, one kernel"
+        else:
+            how = f"{self.colours} colour products, one batched kernel" + (
+                f", {len(self.dense_rows)} dense rows by reverse sweeps" if len(self.dense_rows) else "")
+        return f"rolled sparse {kind} {self.pattern.shape}, {self.pattern.nnz} nonzeros: {how}"
+
     def bands(self) -> dict[str, Expr]:
         """The matrix's entries as one formula per band (sparsity.bands)."""
         roots, x = self.formula

@@ -1344,9 +1344,10 @@ class Function:
         sg.grad(<lambda>)
           x: (100,) -> rolled (whole arrays: loops), 6 nodes, loops on vm
         """
-        if not self._traces:
+        sparse = [f"  {s.explain()}" for s in self._sparse_rolled.values() if s is not None]
+        if not self._traces and not sparse:
             return f"{self._who}: not traced yet (call it first)"
-        return "\n".join([self._who, *(t.explain() for ts in self._traces.values() for t in ts)])
+        return "\n".join([self._who, *(t.explain() for ts in self._traces.values() for t in ts), *sparse])
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``ROLLED_MIN`` elements or more (then all of

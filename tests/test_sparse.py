@@ -377,3 +377,14 @@ def test_a_sparse_result_changed_by_its_caller_leaves_the_next_one_alone():
     first.eliminate_zeros()
     np.testing.assert_allclose(h(x).toarray(), scipy.sparse.csr_matrix(rosen_hessian(x)).toarray(),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_explain_says_how_a_rolled_sparse_matrix_is_computed():
+    h = sg.hessian(rosen, sparse=True, backend="vm")
+    h(np.linspace(-1.0, 1.0, 5000))
+    assert h.explain().splitlines()[-1] == \
+        "  rolled sparse Hessian (5000, 5000), 14998 nonzeros: 3 band formulas at every row, one kernel"
+    j = sg.jacobian(lambda x: np.cumsum(x) * x, sparse=True, backend="vm")  # (a running sum: no bands)
+    j(np.linspace(-1.0, 1.0, 300))
+    line = j.explain().splitlines()[-1]
+    assert line.startswith("  rolled sparse Jacobian (300, 300), 45150 nonzeros: ") and "colour products" in line
