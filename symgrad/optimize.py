@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from symgrad.compile.function import building
 from symgrad.trace import hessian, jacobian, jit, value_and_grad
 
 if TYPE_CHECKING:
@@ -35,6 +36,11 @@ class Problem:
 
     def __init__(self, fun: Callable, constraints: Sequence[scipy.optimize.NonlinearConstraint], x0: np.ndarray,
                  args: tuple = ()) -> None:
+        with building():  # (the background compiles start once every derivative is built)
+            self._build(fun, constraints, x0, args)
+
+    def _build(self, fun: Callable, constraints: Sequence[scipy.optimize.NonlinearConstraint], x0: np.ndarray,
+               args: tuple) -> None:
         import scipy.sparse  # (here: SciPy's optimize and sparse cost 130 ms at symgrad's import)
 
         self.args, self.parts = tuple(args), [c.fun for c in constraints]

@@ -1295,7 +1295,8 @@ class Function:
             from symgrad.sparse_rolled import RolledSparse
 
             try:
-                self._sparse_rolled[key] = RolledSparse(self, args, kwargs)
+                with compiled.building():  # (its kernels' background compiles wait for the pattern)
+                    self._sparse_rolled[key] = RolledSparse(self, args, kwargs)
             except (TracingError, NotImplementedError, TypeError):
                 self._sparse_rolled[key] = None
             if len(self._sparse_rolled) > MAX_TRACES:

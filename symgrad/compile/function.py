@@ -8,10 +8,13 @@ them (lists, integers, strided arrays) or raises an error naming the culprit.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+import threading
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -138,6 +141,8 @@ class Compiled:
     def _upgrade(self, make: Any) -> Compiled:
         """Run on the kernels ``make()`` returns once a background thread has made them."""
         def swap() -> bool:
+            with _CHANGED:
+                _CHANGED.wait_for(lambda: _BUILDS[0] == 0, FOREGROUND_WAIT)
             try:
                 kernels = make()
                 point = kernels.kernel("point")
@@ -302,6 +307,30 @@ def _on_threads(n: int, run: Any, rows_per_thread: int = MIN_ROWS_PER_THREAD) ->
 @functools.lru_cache(None)
 def _thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad")
+
+
+_BUILDS = [0]  # foreground builds under way
+_CHANGED = threading.Condition()
+FOREGROUND_WAIT = 2.0  # seconds a background compile waits for the foreground builds to end, at most
+
+
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """Mark a foreground build (a trace, a sparse pattern, an optimisation problem's derivatives):
+    the background compiles of tiered compilation wait until none is under way (FOREGROUND_WAIT at
+    most), as sharing the GIL with them made building four kernels take twice as long.
+
+    >>> with building():
+    ...     pass
+    """
+    with _CHANGED:
+        _BUILDS[0] += 1
+    try:
+        yield
+    finally:
+        with _CHANGED:
+            _BUILDS[0] -= 1
+            _CHANGED.notify_all()
 
 
 @functools.lru_cache(None)
