@@ -497,3 +497,28 @@ def test_a_sum_of_a_tensor_rides_along_the_loop_filling_it():
     # not stored; the exponentials and the softmax are (read twice)
     kernel = vg.compiled.source.split("def point")[0]
     assert len(set(re.findall(r"work\[\d+:\d+\]\.reshape\(\(3000,\)\)", kernel))) == 2
+
+
+def test_background_compiles_wait_for_the_foreground_builds():
+    """A background compile queued during compile.function.building() starts only once the build ends
+    (building the next kernels while Numba compiled the first ones took twice as long)."""
+    import time
+
+    from symgrad.compile.function import building
+
+    x, y = sg.symbols("x y")
+    c = sg.compile(x * y + sg.sin(x), [x, y], backend="vm")
+    started = []
+
+    def make():
+        started.append(time.perf_counter())
+        return c.program.kernels("vm")
+
+    with building():
+        c._upgrade(make)
+        time.sleep(0.2)  # (the compile waits 2 s at most: it cannot have started here)
+        assert not started
+        ended = time.perf_counter()
+    c.ready()
+    assert started and started[0] >= ended
+    assert c([2.0, 3.0]) == 6.0 + np.sin(2.0)
