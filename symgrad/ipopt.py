@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
 from functools import cache
 from typing import Any
 
@@ -26,6 +27,8 @@ _G = ctypes.CFUNCTYPE(_I, _I, _P, _B, _I, _P, ctypes.c_void_p)
 _JAC = ctypes.CFUNCTYPE(_I, _I, _P, _B, _I, _I, _IP, _IP, _P, ctypes.c_void_p)
 _H = ctypes.CFUNCTYPE(_I, _I, _P, _B, _D, _I, _P, _B, _I, _IP, _IP, _P, ctypes.c_void_p)
 _STEP = ctypes.CFUNCTYPE(_I, _I, _I, _D, _D, _D, _D, _D, _D, _D, _D, _I, ctypes.c_void_p)
+
+_SOLVING = threading.RLock()  # one solve at a time: MUMPS, IPOPT's linear solver, is not thread-safe (segfaults)
 
 MESSAGES = {
     0: "Optimal Solution Found.", 1: "Solved To Acceptable Level.",
@@ -148,8 +151,10 @@ def solve(problem: Any, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options:
         x, out = np.array(x0, dtype=float), {k: np.zeros(size) for k, size in
                                              (("g", m), ("mult_g", m), ("mult_x_L", n), ("mult_x_U", n))}
         objective = _D(0.0)
-        status = lib.IpoptSolve(handle, x.ctypes.data_as(_P), out["g"].ctypes.data_as(_P), ctypes.byref(objective),
-                                *(out[k].ctypes.data_as(_P) for k in ("mult_g", "mult_x_L", "mult_x_U")), None)
+        with _SOLVING:
+            status = lib.IpoptSolve(handle, x.ctypes.data_as(_P), out["g"].ctypes.data_as(_P),
+                                    ctypes.byref(objective),
+                                    *(out[k].ctypes.data_as(_P) for k in ("mult_g", "mult_x_L", "mult_x_U")), None)
     finally:
         lib.FreeIpoptProblem(handle)
     if raised:
@@ -161,7 +166,9 @@ def solve(problem: Any, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options:
 def _option(lib: ctypes.CDLL, handle: int, name: str, value: Any) -> None:
     kind = "Str" if isinstance(value, str) else "Int" if isinstance(value, (int, np.integer)) else "Num"
     given = value.encode() if kind == "Str" else value
-    if not getattr(lib, f"AddIpopt{kind}Option")(handle, name.encode(), given) and not (
-            kind == "Int" and lib.AddIpoptNumOption(handle, name.encode(), float(value))):  # ({"tol": 1})
+    key = name.encode()
+    if not getattr(lib, f"AddIpopt{kind}Option")(handle, key, given) and not (
+            kind == "Int" and lib.AddIpoptNumOption(handle, key, float(value))) and not (  # ({"tol": 1})
+            kind == "Num" and float(value).is_integer() and lib.AddIpoptIntOption(handle, key, int(value))):
         raise ValueError(f"IPOPT refused the option {name}={value!r} (an unknown name, or a value of the wrong "
                          f"type or range: see IPOPT's options reference)")

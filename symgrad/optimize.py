@@ -43,12 +43,16 @@ class Problem:
                args: tuple) -> None:
         import scipy.sparse  # (here: SciPy's optimize and sparse cost 130 ms at symgrad's import)
 
+        for k, con in enumerate(constraints):
+            if not callable(getattr(con, "fun", None)) or not hasattr(con, "lb"):
+                raise TypeError(f"sg.minimize: constraint {k} is a {type(con).__name__}; give "
+                                "scipy.optimize.NonlinearConstraint(c, lb, ub) (c written in NumPy)")
         self.args, self.parts = tuple(args), [c.fun for c in constraints]
         self.value_and_grad = value_and_grad(fun)
-        self.lower = np.concatenate([np.broadcast_to(np.asarray(c.lb, dtype=float), np.shape(c.fun(x0, *args)))
-                                     for c in constraints]) if constraints else np.zeros(0)
-        self.upper = np.concatenate([np.broadcast_to(np.asarray(c.ub, dtype=float), np.shape(c.fun(x0, *args)))
-                                     for c in constraints]) if constraints else np.zeros(0)
+        sides = [[np.broadcast_to(np.asarray(getattr(c, side), dtype=float), np.shape(c.fun(x0, *args))).ravel()
+                  for c in constraints] for side in ("lb", "ub")]
+        self.lower, self.upper = (np.concatenate([np.zeros(0), *parts]) for parts in sides)
+        _ordered(self.lower, self.upper, "constraint")
 
         def c(x: Any, *a: Any) -> Any:
             return np.concatenate([np.reshape(part(x, *a), -1) for part in self.parts])
@@ -61,11 +65,15 @@ class Problem:
         self.at: np.ndarray | None = None
         self.m, self.iterations = self.lower.size, 0
         J = self.c_jacobian(x0, *self.args) if self.m else scipy.sparse.csr_matrix((0, np.size(x0)))
-        H = scipy.sparse.csr_matrix(self.l_hessian(x0, 1.0, np.ones(self.m), *self.args))
+        H = scipy.sparse.csr_matrix(self.lagrangian_hessian(x0, 1.0, np.ones(self.m)))
         self.j_rows, self.j_cols = _structure(J)
         h_rows, h_cols = _structure(H)
         self.lower_triangle = h_rows >= h_cols
         self.h_rows, self.h_cols = h_rows[self.lower_triangle], h_cols[self.lower_triangle]
+
+    def lagrangian_hessian(self, x: np.ndarray, sigma: float, lam: np.ndarray) -> scipy.sparse.csr_matrix:
+        """The sparse Hessian of ``sigma * f(x) + lam @ c(x)`` (without constraints, of ``sigma * f``)."""
+        return self.l_hessian(x, sigma, lam if self.m else np.zeros(1), *self.args)  # (a rolled lam: 1 or more)
 
     def ready(self) -> Problem:
         """Wait until every function and derivative runs on its final compiled kernels (each first
@@ -112,7 +120,7 @@ class Problem:
     def hessian(self, x: np.ndarray, lagrange: np.ndarray, obj_factor: float) -> np.ndarray:
         import scipy.sparse
 
-        H = scipy.sparse.csr_matrix(self.l_hessian(x, obj_factor, np.asarray(lagrange, dtype=float), *self.args))
+        H = scipy.sparse.csr_matrix(self.lagrangian_hessian(x, obj_factor, np.asarray(lagrange, dtype=float)))
         return H.data[self.lower_triangle]
 
 
@@ -129,9 +137,10 @@ def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
              options: dict | None = None, library: str | None = None) -> scipy.optimize.OptimizeResult:
     """Minimise ``fun(x, *args)`` subject to ``constraints`` (``scipy.optimize.NonlinearConstraint``:
     ``lb <= c(x) <= ub``, ``c`` written in NumPy, no derivatives given) and ``bounds`` (a
-    ``scipy.optimize.Bounds`` or a pair of arrays), with IPOPT (``method="ipopt"``, cyipopt: the
-    ``symgrad[ipopt]`` extra) or SciPy's ``"trust-constr"``; symgrad supplies the gradient, the
-    constraints' sparse Jacobian and the sparse Hessian of the Lagrangian. ``options``: the solver's
+    ``scipy.optimize.Bounds``, SciPy's (min, max) pair per variable, or a tuple (lb, ub) of arrays),
+    with IPOPT (``method="ipopt"``, the ``symgrad[ipopt]`` extra) or SciPy's ``"trust-constr"``;
+    symgrad supplies the gradient, the constraints' sparse Jacobian and the sparse Hessian of the
+    Lagrangian. ``options``: the solver's
     (IPOPT's by name: ``{"tol": 1e-8, "print_level": 0}``); ``library``: the path of another IPOPT
     build's shared library (one with HSL's solvers, say) than the one cyipopt links.
 
@@ -145,6 +154,8 @@ def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
     import scipy.optimize
 
     x0 = np.asarray(x0, dtype=float)
+    if isinstance(constraints, scipy.optimize.NonlinearConstraint):
+        constraints = [constraints]
     problem = Problem(fun, list(constraints), x0, args)
     lb, ub = _bounds(bounds, x0.size)
     if method == "ipopt":
@@ -153,22 +164,45 @@ def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
         raise ValueError(f"sg.minimize: method must be 'ipopt' or 'trust-constr', got {method!r}")
     kept = [scipy.optimize.NonlinearConstraint(
         problem.constraints, problem.lower, problem.upper, jac=lambda x: problem.c_jacobian(x, *problem.args),
-        hess=lambda x, v: problem.l_hessian(x, 0.0, np.asarray(v, dtype=float), *problem.args))
+        hess=lambda x, v: problem.lagrangian_hessian(x, 0.0, np.asarray(v, dtype=float)))
     ] if problem.m else []
     return scipy.optimize.minimize(
         problem.objective, x0, jac=problem.gradient, method="trust-constr", constraints=kept,
-        hess=lambda x: problem.l_hessian(x, 1.0, np.zeros(problem.m), *problem.args),
+        hess=lambda x: problem.lagrangian_hessian(x, 1.0, np.zeros(problem.m)),
         bounds=scipy.optimize.Bounds(lb, ub) if bounds is not None else None, options=options or {})
 
 
 def _bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lb, ub) from a ``scipy.optimize.Bounds``, SciPy's list of (min, max) pairs, one per variable
+    (None: no bound), or a tuple (lb, ub) of numbers or arrays."""
     import scipy.optimize
 
     if bounds is None:
         return np.full(n, -np.inf), np.full(n, np.inf)
-    lb, ub = (bounds.lb, bounds.ub) if isinstance(bounds, scipy.optimize.Bounds) else bounds
-    return (np.broadcast_to(np.asarray(lb, dtype=float), (n,)).copy(),
-            np.broadcast_to(np.asarray(ub, dtype=float), (n,)).copy())
+    if isinstance(bounds, scipy.optimize.Bounds):
+        lb, ub = bounds.lb, bounds.ub
+    elif not isinstance(bounds, tuple) and len(bounds) == n and all(np.size(b) == 2 for b in bounds):
+        lb, ub = ([b[k] for b in bounds] for k in (0, 1))  # (SciPy's form: one pair a variable)
+    elif len(bounds) == 2:
+        lb, ub = bounds
+    else:
+        raise ValueError(f"sg.minimize: bounds must be scipy.optimize.Bounds, {n} (min, max) pairs or a tuple "
+                         f"(lb, ub), got {type(bounds).__name__} of length {len(bounds)}")
+    try:
+        lb, ub = (np.broadcast_to(np.where(np.equal(np.asarray(side, dtype=object), None), fill, side)
+                                  .astype(float), (n,)).copy() for side, fill in ((lb, -np.inf), (ub, np.inf)))
+    except ValueError:
+        raise ValueError(f"sg.minimize: bounds of shapes {np.shape(lb)} and {np.shape(ub)} for {n} variables") \
+            from None
+    return _ordered(lb, ub, "variable")
+
+
+def _ordered(lb: np.ndarray, ub: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
+    wrong = np.flatnonzero(lb > ub)
+    if wrong.size:
+        k = wrong[0]
+        raise ValueError(f"sg.minimize: {what} {k} has its lower bound {lb[k]} above its upper bound {ub[k]}")
+    return lb, ub
 
 
 def _ipopt(problem: Problem, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options: dict,

@@ -130,3 +130,53 @@ def test_minimize_runs_on_an_ipopt_library_given_by_path():
     np.testing.assert_allclose(result.x, -np.array([1.0, 2.0]) / np.sqrt(5), rtol=1e-8)
     with pytest.raises(OSError, match="no-such-ipopt"):
         sg.minimize(lambda x: np.sum(x ** 2), np.ones(2), library="/no-such-ipopt.so")
+
+
+def test_what_scipy_users_write_is_read_as_scipy_reads_it():
+    """Found by an independent tester: no constraints at 1000 variables (an empty multiplier array was
+    traced), a constraint returning a scalar, SciPy's (min, max) pair per variable (read as (lb, ub)
+    arrays at n = 2: a wrong answer), one constraint not in a list, a float for an integer option."""
+    result = sg.minimize(lambda x: np.sum((x - 1.0) ** 2), np.zeros(1000), bounds=(-2.0, 0.8))
+    assert result.success
+    np.testing.assert_allclose(result.x, 0.8, atol=1e-7)
+    plane = scipy.optimize.NonlinearConstraint(lambda x: x[0] + x[1] + x[2], 1.0, 1.0)
+    np.testing.assert_allclose(sg.minimize(lambda x: np.sum(x ** 2), np.ones(3), constraints=plane).x, 1 / 3,
+                               atol=1e-8)
+    result = sg.minimize(lambda x: np.sum((x - 1.0) ** 2), np.zeros(3), bounds=[(0, 0.5), (None, 0.2), (2, None)],
+                         options={"max_iter": 50.0})
+    np.testing.assert_allclose(result.x, [0.5, 0.2, 2.0], atol=1e-7)
+    result = sg.minimize(lambda x: np.sum((x - 1.0) ** 2), np.zeros(2), bounds=[(0, 0.5), (-1, 0.2)])
+    np.testing.assert_allclose(result.x, [0.5, 0.2], atol=1e-7)
+
+
+def test_bad_bounds_and_constraints_are_refused_by_name():
+    square = lambda x: np.sum(x ** 2)  # noqa: E731
+    with pytest.raises(ValueError, match="variable 1 has its lower bound 2.0 above its upper bound 1.0"):
+        sg.minimize(square, np.zeros(2), bounds=([0.0, 2.0], [1.0, 1.0]))
+    with pytest.raises(ValueError, match="constraint 0 has its lower bound 2.0 above"):
+        sg.minimize(square, np.zeros(2), constraints=[scipy.optimize.NonlinearConstraint(lambda x: x, 2.0, 1.0)])
+    with pytest.raises(ValueError, match=r"bounds of shapes \(2,\) and \(3,\) for 2 variables"):
+        sg.minimize(square, np.zeros(2), bounds=(np.zeros(2), np.ones(3)))
+    with pytest.raises(TypeError, match="constraint 0 is a dict; give scipy.optimize.NonlinearConstraint"):
+        sg.minimize(square, np.zeros(2), constraints=[{"type": "eq", "fun": lambda x: x[0]}])
+
+
+def test_solves_from_several_threads_take_turns():
+    """MUMPS, IPOPT's linear solver, is not thread-safe (the tester's four threads segfaulted one run in
+    three): solves take turns, each right."""
+    import threading
+
+    results = {}
+
+    def solve(k):
+        circle = scipy.optimize.NonlinearConstraint(lambda x: np.sum(x ** 2, keepdims=True), 1.0, 1.0)
+        results[k] = sg.minimize(lambda x: x[0] + (k + 1) * x[1], np.array([1.0, 0.0]), constraints=[circle],
+                                 options={"tol": 1e-10}).x
+
+    threads = [threading.Thread(target=solve, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        np.testing.assert_allclose(results[k], -np.array([1.0, k + 1]) / np.hypot(1.0, k + 1), rtol=1e-7)
