@@ -42,7 +42,7 @@ def picky(w, x, y):
 
 
 def slowly(block):  # data that takes a while to load, so a worker can be killed mid-run
-    time.sleep(0.05)
+    time.sleep(0.15)
     return block
 
 
@@ -222,7 +222,7 @@ def test_empty_chunks_dict_data_and_widths_are_told_before_anything_runs(client)
 def test_a_worker_killed_mid_run_changes_nothing(client):
     vg = sg.value_and_grad(logistic)
     w, X, y = data(40_000)
-    Xd = da.from_array(X, chunks=(1000, 4)).map_blocks(slowly)  # 40 chunks of 50 ms over 2 workers
+    Xd = da.from_array(X, chunks=(1000, 4)).map_blocks(slowly)  # 40 chunks of 150 ms over 2 workers
     yd = da.from_array(y, chunks=1000)
     want = vg.sum(w, Xd, yd)
     future = client.compute(lazy_sum(vg, w, Xd, yd))

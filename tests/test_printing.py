@@ -71,6 +71,12 @@ def test_latex_of_random_graphs_parses_in_mathtext(f, name):
             mathtext.parse(f"${line.replace('&=', '=')}$")
 
 
+def test_a_variable_named_like_a_temporary_keeps_the_latex_valid():
+    """A variable t0 pushes the temporaries to _t1, _t2 (found by hypothesis: "_t_{1}" is no TeX)."""
+    f = (sg.Var("x2") + 0.5 + sg.Var("x0")) * sg.Var("t0")
+    assert sg.latex([f, f * 2]).splitlines()[0] == r"\_t_{1} = t_{0} \cdot \left(x_{2} + 0.5 + x_{0}\right) \\"
+
+
 def test_repr_latex_for_jupyter():
     assert (x * y)._repr_latex_() == r"$x \cdot y$"
     e = x

@@ -170,7 +170,8 @@ def _let_form(labels: list[str], roots: list[Expr], latex: bool, inline: bool) -
     if arrays:
         named = [n for n in order if n in set(named).union(arrays)]
     prefix = _fresh_prefix(order)
-    names = {n: (f"{prefix}_{{{i}}}" if latex else f"{prefix}{i}") for i, n in enumerate(named, 1)}
+    tex = prefix.replace("_", r"\_")  # (t0 taken by a variable: _t1 as \_t_{1})
+    names = {n: (f"{tex}_{{{i}}}" if latex else f"{prefix}{i}") for i, n in enumerate(named, 1)}
     if latex:  # an array's name gets subscripts of its own when loaded: t_{1} as {t_{1}}_{k}
         names |= {n: "{" + names[n] + "}" for n in arrays}
     names |= _index_names(order, latex)
