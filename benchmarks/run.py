@@ -420,7 +420,6 @@ def collocation() -> None:
     from scipy.optimize import NonlinearConstraint
 
     from symgrad.compile.function import _compiler
-    from symgrad.compile.sparse_loops import Assembly
     from symgrad.ipopt import library
 
     try:
@@ -429,7 +428,7 @@ def collocation() -> None:
         return
     name = f"cart-pole swing-up, collocation N={cp.N} ({5 * (cp.N + 1)} variables), IPOPT"
     rolled_ready("rosenbrock", 10, "vm")  # (compiled once per machine, as CasADi is installed: the loop VM, and
-    Assembly(np.zeros(1, np.int64), np.zeros(1, np.int64), 1)(np.zeros(1))  # the sparse results' assembly)
+    assembly_ready()  # the sparse results' assembly)
     _compiler().submit(lambda: None).result()  # (the earlier steps' background compiles done: a quiet process)
     start = time.perf_counter()
     problem = sg.optimize.Problem(cp.effort, [NonlinearConstraint(cp.defects, 0.0, 0.0)], cp.guess())
@@ -912,6 +911,13 @@ def threshold() -> None:
             row(name, f"symgrad {backend}", "per call", per_call(vg, v), None)
 
 
+def assembly_ready() -> None:
+    """The sparse results' assembly compiled (once per machine, then loaded from disk)."""
+    from symgrad.compile.sparse_loops import Assembly
+
+    Assembly(np.zeros(1, np.int64), np.zeros(1, np.int64), 1)(np.zeros(1))
+
+
 def vm_warmup() -> None:
     start = time.perf_counter()
     vg = sg.value_and_grad(sg.Var("x") * 2.0, [sg.Var("x")], backend="vm")
@@ -922,10 +928,8 @@ def vm_warmup() -> None:
     rolled_ready("rosenbrock", 10, "vm")
     row("loop VM kernel", "compile once per machine (then from disk)", "first use", time.perf_counter() - start,
         None, "s")
-    from symgrad.compile.sparse_loops import Assembly
-
     start = time.perf_counter()
-    Assembly(np.zeros(1, np.int64), np.zeros(1, np.int64), 1)(np.zeros(1))
+    assembly_ready()
     row("sparse results' assembly", "compile once per machine (then from disk)", "first use",
         time.perf_counter() - start, None, "s")
 

@@ -106,7 +106,7 @@ def solve(problem: Any, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options:
         return callback
 
     def vector(p: Any, size: int) -> np.ndarray:
-        return np.ctypeslib.as_array(p, (size,))
+        return np.ctypeslib.as_array(p, (size,)) if size else np.zeros(0)  # (no constraints: IPOPT may pass NULL)
 
     def structure(rows_p: Any, cols_p: Any, values_p: Any, rows: np.ndarray, cols: np.ndarray, value: Any) -> None:
         if values_p:

@@ -49,8 +49,9 @@ class Problem:
                                 "scipy.optimize.NonlinearConstraint(c, lb, ub) (c written in NumPy)")
         self.args, self.parts = tuple(args), [c.fun for c in constraints]
         self.value_and_grad = value_and_grad(fun)
-        sides = [[np.broadcast_to(np.asarray(getattr(c, side), dtype=float), np.shape(c.fun(x0, *args))).ravel()
-                  for c in constraints] for side in ("lb", "ub")]
+        shapes = [np.shape(c.fun(x0, *args)) for c in constraints]
+        sides = [[np.broadcast_to(np.asarray(getattr(c, side), dtype=float), shape).ravel()
+                  for c, shape in zip(constraints, shapes)] for side in ("lb", "ub")]
         self.lower, self.upper = (np.concatenate([np.zeros(0), *parts]) for parts in sides)
         _ordered(self.lower, self.upper, "constraint")
 
