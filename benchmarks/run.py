@@ -420,7 +420,7 @@ def collocation() -> None:
     from scipy.optimize import NonlinearConstraint
 
     from symgrad.compile.function import _compiler
-    from symgrad.ipopt import library
+    from symgrad.solvers.ipopt import library
 
     try:
         library()

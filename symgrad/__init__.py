@@ -9,22 +9,10 @@
 import sys as _sys
 from types import ModuleType as _ModuleType
 
-from symgrad import (  # callable modules: sg.compile(...), symgrad.compile.lower
-    compile,
-    config,  # jax.config for ports
-    lax,
-    numpy,
-    parse,
-    pytree,
-)
-from symgrad.ad_checkpoint import checkpoint, checkpoint_name, checkpoint_policies, remat
-from symgrad.batched import vmap
-from symgrad.callmodule import CallableModule as _CallableModule
+from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad.compile.lower
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad, check_grads
 from symgrad.compile.function import Compiled
 from symgrad.compile.program import Program
-from symgrad.control import cond, fori_loop, switch, while_loop
-from symgrad.custom import custom_jvp, custom_vjp
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff
 from symgrad.expr.dot import to_dot
@@ -37,23 +25,15 @@ from symgrad.expr.printing import format, latex
 from symgrad.expr.scans import scan
 from symgrad.expr.serialize import FormatError, dumps, loads
 from symgrad.expr.sparsity import SparseExprs
+from symgrad.expr.special import digamma, gammaln, log_softmax, logsumexp, multigammaln, polygamma, softmax
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
-from symgrad.optimize import minimize
 from symgrad.parse import ParseError
-from symgrad.pytree import (
-    ravel_pytree,
-    register_dataclass,
-    register_pytree_node,
-    register_pytree_node_class,
-    tree_flatten,
-    tree_leaves,
-    tree_map,
-    tree_structure,
-    tree_unflatten,
-)
-from symgrad.special import digamma, gammaln, log_softmax, logsumexp, multigammaln, polygamma, softmax
-from symgrad.trace import (
-    Function,
+from symgrad.ports import ad_checkpoint, config, lax, nn, numpy, scipy  # JAX's modules under symgrad's names
+from symgrad.ports.ad_checkpoint import checkpoint, checkpoint_name, checkpoint_policies, remat
+from symgrad.ports.scipy import special as _scipy_special
+from symgrad.solvers import ipopt, optimize  # sg.optimize.Problem: the problem object cyipopt takes
+from symgrad.solvers.optimize import minimize
+from symgrad.trace.api import (
     grad,
     hessian,
     hvp,
@@ -66,6 +46,24 @@ from symgrad.trace import (
     make_jaxpr,
     value_and_grad,
     vjp,
+    vmap,
+)
+from symgrad.trace.control import cond, fori_loop, switch, while_loop
+from symgrad.trace.custom import custom_jvp, custom_vjp
+from symgrad.trace.function import Function
+from symgrad.util import chunks as _chunks
+from symgrad.util import pytree
+from symgrad.util.callmodule import CallableModule as _CallableModule
+from symgrad.util.pytree import (
+    ravel_pytree,
+    register_dataclass,
+    register_pytree_node,
+    register_pytree_node_class,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_structure,
+    tree_unflatten,
 )
 
 exp = _FUNCS["exp"]
@@ -105,9 +103,13 @@ stop_gradient = _FUNCS["stop_gradient"]
 lt, le, gt, ge, eq, ne = (_FUNCS[n] for n in ("lt", "le", "gt", "ge", "eq", "ne"))
 
 tree_util = tree = pytree  # JAX's jax.tree_util.tree_map and jax.tree.map: sg.tree_util.tree_map, sg.tree.map
-# (and as modules: `from symgrad.tree_util import tree_flatten`, as from jax.tree_util)
-_sys.modules.setdefault("symgrad.tree_util", pytree)
-_sys.modules.setdefault("symgrad.tree", pytree)
+# The modules users import by their public names (`import symgrad.numpy as jnp`, `from symgrad.tree_util import
+# tree_map`, as from jax.tree_util), wherever they live in the package.
+for _name, _module in {"pytree": pytree, "tree_util": pytree, "tree": pytree, "numpy": numpy, "lax": lax, "nn": nn,
+                       "scipy": scipy, "scipy.special": _scipy_special, "config": config,
+                       "ad_checkpoint": ad_checkpoint, "optimize": optimize, "ipopt": ipopt}.items():
+    _sys.modules.setdefault(f"symgrad.{_name}", _module)
+_chunks.install("symgrad.distributed")  # Dask arrays among the data: run chunk by chunk (imports Dask when met)
 
 __version__ = "0.1.0"
 

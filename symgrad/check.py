@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
 from symgrad.expr.diff import _check_wrt, _scalar, grad
 from symgrad.expr.interp import _bindings, run
 from symgrad.expr.node import Expr
 from symgrad.expr.traverse import as_expr_list, substitute, topo_order
+from symgrad.trace import api
+from symgrad.util import pytree
 
 _STENCIL = np.array([1.0, -1.0, 2.0, -2.0])  # steps, in units of h, after the centre point
 
@@ -147,19 +148,17 @@ def check_grads(f: Callable, args: Sequence, order: int, modes: Any = ("fwd", "r
 
 def _forward(f: Callable, args: tuple, order: int, eps: float, rtol: float, atol: float) -> None:
     """JVPs of ``f``, then of its JVP, ... along random directions against central differences."""
-    from symgrad.trace import jvp  # the function-level API builds on this module's users
-
     flat, unravel = pytree.ravel_pytree(args)
     rng, g = np.random.default_rng(2), f
     for k in range(1, order + 1):
         d = rng.normal(size=flat.size)
         at = lambda x, g=g: pytree.ravel_pytree(g(*unravel(x)))[0]  # noqa: E731
-        got = pytree.ravel_pytree(jvp(g, args, unravel(d), backend="python")[1])[0]
+        got = pytree.ravel_pytree(api.jvp(g, args, unravel(d), backend="python")[1])[0]
         fd = (at(flat + eps * d) - at(flat - eps * d)) / (2 * eps)
         if not np.allclose(got, fd, rtol=rtol, atol=atol):
             raise GradientCheckError(f"check_grads: forward mode, order {k}: the JVP {got} against central "
                                      f"differences {fd} (step {eps})")
-        g = lambda *a, g=g, d=d: jvp(g, a, unravel(d), backend="python")[1]  # noqa: E731
+        g = lambda *a, g=g, d=d: api.jvp(g, a, unravel(d), backend="python")[1]  # noqa: E731
 
 
 def _floats(tree: Any) -> bool:
@@ -188,8 +187,6 @@ def _names(fn: Any, args: tuple, argnums: tuple[int, ...]) -> list[str]:
 
 def _check_function(fn: Any, args: tuple, argnums: Any, order: int, h: float | None, rtol: float,
                     atol: float, raise_on_failure: bool) -> GradCheckReport:
-    from symgrad.trace import grad  # the function-level API builds on this module's users
-
     if argnums is None:
         argnums = tuple(i for i, a in enumerate(args) if _floats(a))
     argnums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
@@ -208,7 +205,7 @@ def _check_function(fn: Any, args: tuple, argnums: Any, order: int, h: float | N
             full[i] = part
         return float(np.real(fn(*full)))
 
-    G = grad(fn, argnums=argnums, backend="python")
+    G = api.grad(fn, argnums=argnums, backend="python")
     sym = pytree.ravel_pytree(G(*args))[0]
     if flat.size <= ELEMENTS_MAX:
         names, dirs = _names(fn, args, argnums), np.eye(flat.size)

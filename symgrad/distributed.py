@@ -32,41 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
+from symgrad.util import pytree
+from symgrad.util.chunks import is_chunked
 
 _KEEP = 16  # functions a process keeps loaded (an optimizer's loss, its gradient, a model ...)
 _loaded: OrderedDict = OrderedDict()  # digest -> the function, in this process
 _warm: set = set()  # (digest, what, chunk shapes) that ran here once: traced, compiled
 _lock = threading.Lock()
-
-
-def is_dask(value: Any) -> bool:
-    """Whether ``value`` is a Dask collection (it has ``__dask_graph__``), which symgrad hands to Dask.
-
-    >>> import numpy as np
-    >>> is_dask(np.ones(3)), is_dask(2.0)
-    (False, False)
-    """
-    return hasattr(type(value), "__dask_graph__")
-
-
-def holds_dask(args: tuple, kwargs: dict | None = None) -> bool:
-    """Whether a leaf of the arguments (pytrees) is a Dask collection; NumPy arrays and numbers are passed over
-    at once (it is asked on each ``.sum``).
-
-    >>> import dask.array as da
-    >>> holds_dask((1.0, {"x": da.ones(4, chunks=2)})), holds_dask((np.ones(3),), {"y": 2.0})
-    (True, False)
-    """
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        kind = type(a)
-        if kind is not _ndarray and kind is not float and kind is not int and any(
-                map(is_dask, pytree.flatten(a)[0])):
-            return True
-    return False
-
-
-_ndarray = np.ndarray
 
 
 class Shipped:
@@ -142,12 +114,12 @@ class _Rows:
         import dask.array as da
 
         leaves, treedef = pytree.flatten((args, kwargs))
-        bad = [leaf for leaf, row in zip(leaves, is_row) if not row and is_dask(leaf)]
+        bad = [leaf for leaf, row in zip(leaves, is_row) if not row and is_chunked(leaf)]
         if bad:
             raise TypeError(f"{who}: a Dask collection among the parameters (the arguments that are not rows); "
                             "they go to every task: pass NumPy arrays")
         slots = [j for j, row in enumerate(is_row) if row]
-        lead = next((leaves[j] for j in slots if is_dask(leaves[j])), None)
+        lead = next((leaves[j] for j in slots if is_chunked(leaves[j])), None)
         if not isinstance(lead, da.Array) or lead.ndim == 0:
             raise TypeError(f"{who}: rows in a Dask array of one row per entry of its first axis, got "
                             f"{type(lead).__name__}")
@@ -161,7 +133,7 @@ class _Rows:
         arrays = []
         for j in slots:
             leaf = leaves[j]
-            if not is_dask(leaf):
+            if not is_chunked(leaf):
                 leaf = np.asarray(leaf)
                 leaf = da.from_array(leaf, chunks=(self.chunks, *leaf.shape[1:]))
             elif not isinstance(leaf, da.Array):
@@ -358,13 +330,13 @@ def _batch_rows(args: tuple) -> list[bool]:
         raise TypeError("Compiled.batch(X, P): one or two arguments")
     X, P = (*args, None)[:2]
     n = np.shape(X)[0] if np.ndim(X) else None
-    per_row = P is not None and (is_dask(P) or np.ndim(P) == 2 and np.shape(P)[0] == n != 1)
+    per_row = P is not None and (is_chunked(P) or np.ndim(P) == 2 and np.shape(P)[0] == n != 1)
     return [True] + ([per_row] if len(args) == 2 and P is not None else [])
 
 
 def _mapped_rows(f: Any, args: tuple, kwargs: dict) -> list[bool]:
     """Per leaf: whether vmap maps it (rows), from its in_axes; Dask arrays along their first axis only."""
-    from symgrad.batched import Batched, _in_axes, _per_leaf
+    from symgrad.trace.batched import Batched, _in_axes, _per_leaf
 
     fn = f.fn
     if not isinstance(fn, Batched):

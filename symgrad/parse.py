@@ -17,11 +17,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from symgrad.callmodule import make_callable
 from symgrad.expr.build import Var, apply, const
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import FUNCTIONS, OPS, Op
 from symgrad.expr.traverse import substitute
+from symgrad.util.callmodule import make_callable
 
 _CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
 _TOKENS = re.compile(r"""

@@ -97,7 +97,7 @@ def test_check_grads_raises_as_jaxs_does():
 def test_checkpoint_and_tree_util_port_unchanged():
     from symgrad.tree_util import tree_flatten
 
-    from symgrad.ad_checkpoint import checkpoint_name
+    from symgrad.ports.ad_checkpoint import checkpoint_name
 
     @sg.checkpoint
     def layer(w, x):

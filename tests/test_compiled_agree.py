@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad import trace
+from symgrad.trace import limits
 
 RNG = np.random.default_rng(7)
 X, Y = RNG.normal(size=100), RNG.normal(size=80)
@@ -13,11 +13,11 @@ PERM, TABLE = RNG.permutation(180), RNG.integers(0, 180, size=70)
 
 
 def _element(fn, args, argnums):
-    saved, trace.ROLLED_MIN = trace.ROLLED_MIN, 10**9
+    saved, limits.ROLLED_MIN = limits.ROLLED_MIN, 10**9
     try:
         return sg.value_and_grad(fn, argnums=argnums, backend="python")(*args)
     finally:
-        trace.ROLLED_MIN = saved
+        limits.ROLLED_MIN = saved
 
 
 def _agree(fn, args, backends=("python", "vm")):

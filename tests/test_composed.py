@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad import trace
+from symgrad.trace import limits
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=120)
@@ -46,11 +46,11 @@ CASES = {
 
 
 def _element(fn, x):
-    saved, trace.ROLLED_MIN = trace.ROLLED_MIN, 10**9
+    saved, limits.ROLLED_MIN = limits.ROLLED_MIN, 10**9
     try:
         return sg.value_and_grad(fn, backend="python")(x)
     finally:
-        trace.ROLLED_MIN = saved
+        limits.ROLLED_MIN = saved
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -449,6 +449,7 @@ def test_a_long_sum_adds_into_eight_accumulators_with_the_same_bits_on_the_vm(n)
     VM adds its lanes the same way: the same bits; whole and split into pieces; the interpreter's
     values to rounding."""
     import symgrad.numpy as jnp
+
     from symgrad.compile import pieces
 
     def f(x):

@@ -3,12 +3,12 @@ trace (the oracle) and NumPy itself; constructs without a rolled form fall back 
 
 import numpy as np
 import pytest
+import symgrad.numpy as jnp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-import symgrad.numpy as jnp
-from symgrad import trace
+from symgrad.trace import api, limits
 from symgrad.expr import ndarrays
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -17,7 +17,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
 def _both(fn, args, argnums=0, monkeypatch=None):
     """(value, gradient) traced onto rolled arrays, and element by element (python backend both)."""
     got = sg.value_and_grad(fn, argnums=argnums, backend="python")(*args)
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
     want = sg.value_and_grad(fn, argnums=argnums, backend="python")(*args)
     monkeypatch.undo()
     return got, want
@@ -100,7 +100,7 @@ def test_random_slices_and_reductions_equal_numpy_and_the_element_trace(n, step,
     got = sg.value_and_grad(fn, backend="python")(x0)
     assert got[0] == pytest.approx(fn(x0), rel=1e-12, abs=1e-12)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(trace, "ROLLED_MIN", 10**9)
+        m.setattr(limits, "ROLLED_MIN", 10**9)
         want = sg.value_and_grad(fn, backend="python")(x0)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-12)
 
@@ -171,11 +171,11 @@ def test_cumsum_along_any_axis_equals_numpy_and_its_gradient_the_element_trace(s
 
     assert _rolled_inputs(fn, (x0,)) == ["array"]
     got = {b: sg.value_and_grad(fn, backend=b)(x0) for b in ("python", "vm")}
-    trace.ROLLED_MIN, saved = 10**9, trace.ROLLED_MIN
+    limits.ROLLED_MIN, saved = 10**9, limits.ROLLED_MIN
     try:
         want_value, want_gradient = sg.value_and_grad(fn, backend="python")(x0)
     finally:
-        trace.ROLLED_MIN = saved
+        limits.ROLLED_MIN = saved
     for value, gradient in got.values():
         assert value == pytest.approx(fn(x0), rel=1e-12)
         assert value == pytest.approx(want_value, rel=1e-12)
@@ -233,7 +233,7 @@ def test_hvp_and_jit_on_rolled_arrays():
     v = np.sin(np.arange(80.0))
     hv = sg.hvp(fn)(x0, v)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(trace, "ROLLED_MIN", 10**9)
+        m.setattr(limits, "ROLLED_MIN", 10**9)
         want = sg.hvp(fn, backend="python")(x0, v)
     np.testing.assert_allclose(hv, want, rtol=1e-10, atol=1e-12)
     f = sg.jit(lambda x: np.tanh(x[1:] - x[:-1]) * 2.0)
@@ -256,7 +256,7 @@ def test_jacobians_and_hessians_of_traced_array_code_are_rolled_and_equal_the_el
     x0, a0 = np.linspace(0.0, 1.0, 70), 0.7
     got = [sg.hessian(logistic)(w, X, y), sg.jacobian(chain, argnums=(0, 1))(x0, a0)]
     assert sg.hessian(logistic).trace(w, X, y).params[0].op.name == "array"
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
     want = [sg.hessian(logistic, backend="python")(w, X, y), sg.jacobian(chain, argnums=(0, 1),
                                                                          backend="python")(x0, a0)]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-14)
@@ -278,7 +278,7 @@ def test_hessians_whose_stride_solutions_divide_by_a_negative_number_compile(bac
         return np.sum([v, v])
 
     got = sg.hessian(f, backend=backend)(x)
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
     np.testing.assert_allclose(got, sg.hessian(f, backend="python")(x), rtol=1e-12, atol=1e-14)
 
 
@@ -297,7 +297,7 @@ def test_jacobian_gathers_compose_the_solutions_of_their_addresses(monkeypatch):
     d2 = 2 / np.cosh(s) ** 2 * (1 - s * np.tanh(s))
     want = np.einsum("r,rq,ab->raqb", d2, np.eye(8), np.ones((8, 8)))
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
     np.testing.assert_allclose(sg.hessian(f, backend="python")(x), want, rtol=1e-12, atol=1e-14)
 
 
@@ -315,8 +315,8 @@ def test_jvp_and_vjp_of_array_code_trace_rolled(monkeypatch):
     out, tangent = sg.jvp(f, (x,), (v,), backend="python")
     out2, back = sg.vjp(f, x, backend="python")
     cotangent = back(ct)[0]
-    assert trace._applied(f, "jvp", False, "python")._last.indexed
-    assert trace._applied(f, "vjp", False, "python")._last.indexed
+    assert api._applied(f, "jvp", False, "python")._last.indexed
+    assert api._applied(f, "vjp", False, "python")._last.indexed
     t = np.tanh(x[1:] * x[:-1])
     np.testing.assert_allclose(out, 2 * t, rtol=1e-14)
     np.testing.assert_allclose(out2, 2 * t, rtol=1e-14)

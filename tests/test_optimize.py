@@ -10,7 +10,7 @@ import pytest
 import scipy.optimize
 
 import symgrad as sg
-from symgrad import ipopt
+from symgrad.solvers import ipopt
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
 import collocation  # noqa: E402

@@ -3,9 +3,9 @@ kernels compute what the whole ones and the interpreter compute."""
 
 import numpy as np
 import pytest
+import symgrad.numpy as jnp
 
 import symgrad as sg
-import symgrad.numpy as jnp
 from symgrad.compile import pieces
 from symgrad.compile.loops import LoopProgram
 

@@ -9,7 +9,7 @@ x, y, z = sg.symbols("x y z")
 
 
 def test_progress_bars_on_a_terminal_only(capsys, monkeypatch):
-    from symgrad import progress
+    from symgrad.util import progress
 
     v = sg.vector("v", 3000)
     w = v[np.random.default_rng(0).permutation(3000)]  # (alike terms at no constant step: not rolled)

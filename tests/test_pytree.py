@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad import pytree
+from symgrad.util import pytree
 
 RNG = np.random.default_rng(11)
 

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad import trace
+from symgrad.trace import limits
 from symgrad.expr.node import TracingError
 
 RNG = np.random.default_rng(7)
-STEPS = 80  # >= trace.ROLLED_MIN elements: traced rolled
+STEPS = 80  # >= limits.ROLLED_MIN elements: traced rolled
 
 
 def rnn_loss(theta, xs, ys):
@@ -127,7 +127,7 @@ def test_gradients_through_scan(backend):
 def test_scan_gradients_match_the_element_trace(monkeypatch):
     theta, xs, ys = data()
     rolled = sg.value_and_grad(rnn_loss, argnums=(0, 1), backend="vm")(theta, xs, ys)
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)  # element by element: the scan a Python loop
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)  # element by element: the scan a Python loop
     elements = sg.value_and_grad(rnn_loss, argnums=(0, 1), backend="vm")(theta, xs, ys)
     assert rolled[0] == pytest.approx(elements[0], rel=1e-13)
     for a, b in zip(rolled[1], elements[1]):
@@ -284,7 +284,7 @@ def test_hessians_through_a_scan_over_broadcast_rows_are_rolled_and_right(monkey
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = [sg.hessian(fn, backend="vm")(x) for fn in fns]
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
     for H, fn in zip(got, fns):
         want = sg.hessian(fn, backend="python")(x)
         np.testing.assert_allclose(H, want, rtol=1e-12, atol=1e-12 * np.abs(H).max())
@@ -303,7 +303,7 @@ def test_hessian_of_a_scan_read_through_a_table_and_at_one_row(monkeypatch):
     L, P = np.tril(np.ones((STEPS, STEPS)), -1), np.eye(STEPS)[p]  # y = L @ x; sum(y[p] * y) = y @ P @ y
     S, y, k = P + P.T, L @ x, np.eye(STEPS)[STEPS - 2]
     want = L.T @ (S * y[-2] + np.outer(S @ y, k) + np.outer(k, S @ y)) @ L
-    monkeypatch.setattr(trace, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
     element = sg.hessian(f, backend="python")(x)
     for H in (*got, element):
         np.testing.assert_allclose(H, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())

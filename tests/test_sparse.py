@@ -204,7 +204,7 @@ def test_sparse_hessians_of_random_programs_are_the_dense_ones(seed):
     symgrad.fuzz), from its bands' formulas where they are bands, else from colour products, equals
     the exact dense Hessian (the loop VM's) entry for entry."""
     from symgrad import fuzz
-    from symgrad.sparse_rolled import RolledSparse
+    from symgrad.trace.sparse import RolledSparse
 
     p = fuzz.generate(seed)
     assume(int(np.prod(p.shapes[0])) <= 300)

@@ -7,11 +7,11 @@ import warnings
 
 import numpy as np
 import pytest
+import symgrad.numpy as jnp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-import symgrad.numpy as jnp
 
 KINDS = ("set", "add", "multiply", "min", "max")
 
@@ -165,7 +165,7 @@ def _gmm(alpha, mu, icf, x, gamma, m):
     """GradBench's GMM objective as its JAX tool writes it, after the renames (jax.numpy -> symgrad.numpy,
     jax.scipy.special -> symgrad.scipy.special): a lower-triangular matrix filled by .at[:, rows, cols] on
     jnp.zeros(..., dtype=l.dtype), jnp.repeat(..., total_repeat_length=), multigammaln of an int m."""
-    from symgrad.scipy.special import logsumexp, multigammaln
+    from symgrad.ports.scipy.special import logsumexp, multigammaln
 
     k, d = mu.shape
     n = x.shape[0]
@@ -235,7 +235,7 @@ def test_gammaln_of_a_traced_value_is_an_op_whose_derivative_is_digamma():
     """(It was refused by name: no op.)"""
     import scipy.special as ss
 
-    from symgrad.scipy.special import gammaln
+    from symgrad.ports.scipy.special import gammaln
 
     assert gammaln(5.0) == pytest.approx(np.log(24.0), rel=1e-14)
     assert sg.grad(lambda x: gammaln(x))(3.0) == pytest.approx(ss.psi(3.0), rel=1e-14)

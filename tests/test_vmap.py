@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad import trace
+from symgrad.trace import limits
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 RNG = np.random.default_rng(7)
@@ -33,7 +33,7 @@ def test_vmap_equals_a_loop_and_composes_with_grad(n):
     w, X, y = RNG.normal(size=3), RNG.normal(size=(n, 3)), RNG.normal(size=n)
     f = sg.vmap(loss, in_axes=(None, 0, 0), backend="python")
     np.testing.assert_allclose(f(w, X, y), _loop(loss, (None, 0, 0), (w, X, y)), rtol=1e-13)
-    assert f._last.indexed == (n > trace.ROLLED_MIN)
+    assert f._last.indexed == (n > limits.ROLLED_MIN)
     per = sg.vmap(sg.grad(loss), in_axes=(None, 0, 0), backend="python")
     np.testing.assert_allclose(per(w, X, y), per_example_gradient(w, X, y), rtol=1e-12, atol=1e-14)
     total = sg.value_and_grad(lambda w, X, y: np.sum(sg.vmap(loss, (None, 0, 0))(w, X, y)), backend="python")

@@ -4,7 +4,7 @@ Calling the package, ``symgrad.compile(outputs, inputs)``, calls
 ``symgrad.compile.function.compile`` (see ``symgrad/callmodule.py``).
 """
 
-from symgrad.callmodule import make_callable
 from symgrad.compile.function import compile as _compile
+from symgrad.util.callmodule import make_callable
 
 make_callable(__name__, _compile)

@@ -32,6 +32,7 @@ from symgrad.expr.reroll import reroll
 from symgrad.expr.serialize import dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list
+from symgrad.util.chunks import is_chunked, run
 
 BACKENDS = ("auto", *REGISTRY["program"])
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
@@ -181,10 +182,8 @@ class Compiled:
         >>> sg.compile(x * y, [x, y], backend="vm").batch([[1.0, 2.0], [3.0, 4.0]])
         array([ 2., 12.])
         """
-        if hasattr(type(X), "__dask_graph__") or hasattr(type(P), "__dask_graph__"):  # rows in Dask chunks
-            from symgrad.distributed import lazy_map
-
-            return lazy_map(self, X) if P is None else lazy_map(self, X, P)
+        if is_chunked(X) or is_chunked(P):  # rows in Dask chunks
+            return run("lazy_map", self, X) if P is None else run("lazy_map", self, X, P)
         X = self._matrix(X, "X", len(self.program.inputs))
         P = self._matrix(P, "P", len(self.program.params), rows=(1, len(X)))
         n = len(X)
@@ -212,10 +211,8 @@ class Compiled:
         >>> vg.sum([2.0], [[1.0], [2.0]])  # (2-1)**2 + (4-1)**2, and 2*1*1 + 2*3*2
         (10.0, array([14.]))
         """
-        if hasattr(type(P), "__dask_graph__"):  # rows in a Dask array's chunks: one task each, on Dask's workers
-            from symgrad.distributed import lazy_sum
-
-            return lazy_sum(self, x, P).compute()
+        if is_chunked(P):  # rows in a Dask array's chunks: one task each, on Dask's workers
+            return run("lazy_sum", self, x, P).compute()
         x = self._vector(x, "x")
         P = self._matrix(P, "P", len(self.program.params))
         kernel = self._kernels("total")

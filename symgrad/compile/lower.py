@@ -19,7 +19,7 @@ from symgrad.expr import custom
 from symgrad.expr.node import Expr, float_bits, paused_gc
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import as_expr_list, topo_order
-from symgrad.progress import CHUNK, progress
+from symgrad.util.progress import CHUNK, progress
 
 _MUL, _DIV, _POW, _SQRT = (OPS[name].code for name in ("mul", "div", "pow", "sqrt"))
 _CONST = OPS["const"]

@@ -17,7 +17,7 @@ from symgrad.expr import custom, ops, rolled, scans
 from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
-from symgrad.progress import CHUNK, progress
+from symgrad.util.progress import CHUNK, progress
 
 _ZERO = const(0.0)
 _ONE = const(1.0)

@@ -41,7 +41,7 @@ def const_key(v: float) -> Any:
 
 
 # The truth value of a traced condition while a call with numbers is traced (None: undecidable);
-# installed by symgrad.guards, which this module cannot import.
+# installed by symgrad.trace.guards, which this module cannot import.
 decide: Any = None
 
 
@@ -108,7 +108,7 @@ class Expr:
         if self.op.name == "const":  # a folded condition (x*0 == 0) has a value
             return self.payload != 0.0
         if decide is not None and (decided := decide(self)) is not None:
-            return decided  # (a call traced with numbers: symgrad.guards)
+            return decided  # (a call traced with numbers: symgrad.trace.guards)
         raise TracingError(
             f"the truth value of the symbolic expression {_short(self)} is unknown until it is "
             "evaluated: a Python if / and / or / max / min on a traced value cannot be compiled; use "

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
 from symgrad.expr import batching, functions, ndarrays, ops, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, Name, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
+from symgrad.util import pytree
 
 _raw = itertools.count()  # placeholders while a step is built (renamed when it is closed)
 

@@ -4,7 +4,7 @@ their own, derivatives to any order); every other name is SciPy's own (``expit``
 ...: traced as symgrad's ops).
 
 >>> import numpy as np, symgrad as sg
->>> from symgrad.scipy.special import expit, logsumexp
+>>> from symgrad.ports.scipy.special import expit, logsumexp
 >>> sg.grad(lambda x: logsumexp(x) + np.sum(expit(x)))(np.zeros(2))
 array([0.75, 0.75])
 """
@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import scipy.special as _special
-
-from symgrad.special import digamma, gammaln, logsumexp, multigammaln, polygamma
+from symgrad.expr.special import digamma, gammaln, logsumexp, multigammaln, polygamma
 
 psi = digamma
 __all__ = ["digamma", "gammaln", "logsumexp", "multigammaln", "polygamma", "psi"]

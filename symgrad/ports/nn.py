@@ -10,7 +10,7 @@ array([0.2689, 1.8808])
 from __future__ import annotations
 
 from symgrad.expr.functions import FUNCS
-from symgrad.special import log_softmax, logsumexp, softmax
+from symgrad.expr.special import log_softmax, logsumexp, softmax
 
 relu, sigmoid, softplus, tanh = FUNCS["relu"], FUNCS["sigmoid"], FUNCS["softplus"], FUNCS["tanh"]
 

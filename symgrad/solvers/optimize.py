@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from symgrad.compile.function import building
-from symgrad.trace import hessian, jacobian, jit, value_and_grad
+from symgrad.trace.api import hessian, jacobian, jit, value_and_grad
 
 if TYPE_CHECKING:
     import scipy.optimize
@@ -210,7 +210,7 @@ def _ipopt(problem: Problem, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, opt
            library: str | None = None) -> scipy.optimize.OptimizeResult:
     import scipy.optimize
 
-    from symgrad.ipopt import solve
+    from symgrad.solvers.ipopt import solve
 
     info = solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes", **options}, library)
     return scipy.optimize.OptimizeResult(

@@ -21,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import guards, pytree
 from symgrad.expr import custom, ndarrays, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.diff import grad
 from symgrad.expr.functions import SymArray
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.traverse import object_array, substitute, topo_order
+from symgrad.trace import guards
+from symgrad.util import pytree
 
 
 class _Inside(threading.local):

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
-from symgrad import pytree
 from symgrad.compile.sparse_loops import Assembly, colour_columns
 from symgrad.expr.node import Expr
 from symgrad.expr.sparsity import band_entries, bands, index_values, rolled_pattern
 from symgrad.expr.traverse import topo_order
+from symgrad.util import pytree
 
 DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
 
@@ -42,8 +42,7 @@ class RolledSparse:
     """
 
     def __init__(self, owner: Any, args: tuple, kwargs: dict) -> None:
-        from symgrad.trace import Function
-
+        Function = type(owner)  # (sg.jit / sg.grad / ... of the same function)
         options = dict(static_argnums=tuple(owner.static_argnums), static_argnames=tuple(owner.static_argnames),
                        backend=owner.backend)
         self.argnum, hessian = owner.argnums_spec, owner.transform == "hessian"
@@ -73,8 +72,7 @@ class RolledSparse:
 
     def _coloured(self, owner: Any, args: tuple, result: Any, options: dict) -> None:
         """The colours and the products that give the entries where their formulas are not bands."""
-        from symgrad.trace import Function
-
+        Function = type(owner)  # (sg.jit / sg.grad / ... of the same function)
         counts = np.diff(self.pattern.indptr)
         dense = np.zeros(counts.size, dtype=bool) if self.hessian or not isinstance(result, np.ndarray) else \
             counts > max(DENSE_ROW, 16 * np.median(counts, overwrite_input=False) if counts.size else 0)

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as _np
 
-from symgrad import trace
 from symgrad.expr import ndarrays, rolled
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr
 from symgrad.expr.updates import At
+from symgrad.trace import limits
 
 
 class Array(_np.ndarray):
@@ -65,7 +65,7 @@ def _making(make: Callable) -> Callable:
             return _stacked(args[0])
         shape = args[0] if args else kwargs.get("shape")
         fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
-        if make is _np.full and _traced_scalar(fill) and _np.prod(shape) >= trace.ROLLED_MIN:
+        if make is _np.full and _traced_scalar(fill) and _np.prod(shape) >= limits.ROLLED_MIN:
             return rolled.tensor(fill, *ndarrays.fresh(tuple(_np.atleast_1d(shape))))  # (not n copies)
         out = make(*args, **kwargs)
         if type(out) is _np.ndarray and out.dtype == object:  # traced scalars among numbers: NumPy's

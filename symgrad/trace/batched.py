@@ -19,38 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
 from symgrad.expr import batching, ndarrays, rolled
 from symgrad.expr.build import Var, const
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.traverse import as_expr_list, object_array
-from symgrad.trace import Function
+from symgrad.trace.captured import WRAPPERS
+from symgrad.trace.signature import is_rolled
+from symgrad.util import pytree
 
 _fresh = itertools.count(1)
-
-
-def vmap(fn: Any, in_axes: Any = 0, out_axes: Any = 0, *, backend: str = "auto") -> Function:
-    """``fn`` mapped over an axis of its arguments (``in_axes``), results stacked along ``out_axes``.
-
-    ``in_axes``: an int (every positional argument), or a tuple with an int or None per
-    argument (None: not mapped, the same for every row), or for a pytree argument a tree of those
-    with its structure down to some depth (``({"w": None, "b": 0},)``); keyword arguments map along 0.
-    ``out_axes``: an int, or a tuple with one per output leaf (None: an output that does not
-    vary over the batch). JAX's conventions throughout; ``backend`` as for ``sg.jit``.
-
-    >>> import numpy as np, symgrad as sg
-    >>> f = sg.vmap(lambda w, x: np.dot(w, x) ** 2, in_axes=(None, 0))
-    >>> f(np.array([1.0, 2.0]), np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
-    array([1., 4., 9.])
-    >>> per_example = sg.vmap(sg.grad(lambda w, x: np.dot(w, x) ** 2), in_axes=(None, 0))
-    >>> per_example(np.array([1.0, 2.0]), np.array([[1.0, 0.0], [0.0, 1.0]]))
-    array([[2., 0.],
-           [0., 4.]])
-    """
-    if not callable(fn):
-        raise TypeError(f"sg.vmap: expected a function, got {type(fn).__name__}")
-    return Function(Batched(fn, in_axes, out_axes), "jit", backend=backend)
 
 
 class Batched:
@@ -79,11 +57,11 @@ class Batched:
                      for a in _per_leaf(arg, axis, self.__name__)]
         size = _size(leaves, leaf_axes, self.__name__)
         ints = [ndarrays.holds_integers(leaf) for leaf in leaves]
-        if all(_is_rolled(leaf) for leaf, a in zip(leaves, leaf_axes) if a is not None):
+        if all(is_rolled(leaf) for leaf, a in zip(leaves, leaf_axes) if a is not None):
             return self._rolled(leaves, leaf_axes, treedef, size, ints)
         captured = [ndarrays.operand(leaf) if a is not None and _numbers(leaf) and ndarrays.tracing() else leaf
                     for leaf, a in zip(leaves, leaf_axes)]
-        if all(_is_rolled(leaf) for leaf, a in zip(captured, leaf_axes) if a is not None):
+        if all(is_rolled(leaf) for leaf, a in zip(captured, leaf_axes) if a is not None):
             try:  # NumPy arrays mapped inside a trace (an np.arange of rows): one trace, not one per row
                 return self._rolled(captured, leaf_axes, treedef, size, ints)
             except TracingError:  # (fn needs a row as a Python value: a shape, a range)
@@ -128,9 +106,6 @@ class Batched:
         stacked = [_stack([r[0][n] for r in rows], axis, self.__name__) for n, axis in enumerate(axes)]
         return pytree.unflatten(out_tree, stacked)
 
-
-def _is_rolled(leaf: Any) -> bool:
-    return isinstance(leaf, Expr) and leaf.op.array_valued
 
 
 def _numbers(leaf: Any) -> bool:
@@ -228,7 +203,7 @@ def _stack(outs: list, axis: Any, who: str) -> Any:
         if any(len(e := as_expr_list(o)) != len(first) or any(a is not b for a, b in zip(e, first)) for o in outs):
             raise ValueError(f"{who}: an output varies over the batch but its out_axes entry is None")
         return outs[0]
-    if any(_is_rolled(o) for o in outs):
+    if any(is_rolled(o) for o in outs):
         return np.stack(outs, axis=axis)
     cells = [object_array(o) if not isinstance(o, Expr) else _cell(o) for o in outs]
     return wrap(np.stack(cells, axis=axis))
@@ -239,3 +214,5 @@ def _cell(e: Expr) -> np.ndarray:
     out[()] = e
     return out
 
+
+WRAPPERS.append(Batched)  # (its fn is the user's: a trace watches what that captures)

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
 from symgrad.expr import ndarrays
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.scans import scan
+from symgrad.util import pytree
 
 
 def _traced(v: Any) -> bool:
@@ -76,7 +76,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *, max_ste
         go = cond_fun(val)
         if _traced(go) and max_steps is not None:
             break
-        try:  # (a traced condition: decided by the traced call's values, a guard: symgrad.guards)
+        try:  # (a traced condition: decided by the traced call's values, a guard: symgrad.trace.guards)
             if not _truth(go, "while_loop"):
                 return val
         except TracingError:

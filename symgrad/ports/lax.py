@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from symgrad import pytree
-from symgrad.control import cond, fori_loop, switch, while_loop
 from symgrad.expr.functions import FUNCS
 from symgrad.expr.scans import scan
+from symgrad.trace.control import cond, fori_loop, switch, while_loop
+from symgrad.util import pytree
 
 stop_gradient = FUNCS["stop_gradient"]
 

@@ -1,0 +1,1 @@
+"""Solvers on symgrad's derivatives: ``sg.minimize`` (``optimize``) and IPOPT's C interface (``ipopt``)."""
