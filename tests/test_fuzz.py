@@ -1,4 +1,4 @@
-"""The differential fuzzer (symgrad/fuzz.py): its generator and minimiser (on planted bugs), and fixed-budget
+"""The differential fuzzer (symgrad/fuzz/): its generator and minimiser (on planted bugs), and fixed-budget
 runs that must find no disagreement between NumPy, the interpreter, the element trace, finite differences,
 the loop VM and (sparingly) the Numba loops.
 
@@ -15,6 +15,7 @@ import pytest
 
 import symgrad as sg
 from symgrad import fuzz, trace
+from symgrad.fuzz import generator, oracle, runner
 
 
 def _report(found: list) -> str:
@@ -23,7 +24,7 @@ def _report(found: list) -> str:
 
 def _python(program, f, inputs):
     """value_and_grad on the interpreter (what a planted bug starts from)."""
-    return fuzz._vg(program, f, inputs, "python")
+    return oracle._vg(program, f, inputs, "python")
 
 
 def _program(source: str, shapes=((64,),), argnums=(0,), seed=3) -> fuzz.Program:
@@ -150,7 +151,7 @@ def test_minimiser_keeps_the_kind_of_an_error():
 
 
 def test_run_reports_minimised_planted_disagreements(monkeypatch):
-    real = fuzz._vg
+    real = oracle._vg
 
     def planted(program, f, inputs, backend, F=None):
         value, grads, rolled, actual = real(program, f, inputs, backend, F)
@@ -158,7 +159,7 @@ def test_run_reports_minimised_planted_disagreements(monkeypatch):
             grads = [g * 1.5 for g in grads]
         return value, grads, rolled, actual
 
-    monkeypatch.setattr(fuzz, "_vg", planted)
+    monkeypatch.setattr(oracle, "_vg", planted)
     stats: dict = {}
     found = fuzz.run(programs=40, seed=5, backends="python,vm", extras_every=0, element_every=0,
                      minimise_seconds=120, stats=stats)
@@ -174,8 +175,8 @@ def test_jobs_split_the_programs_and_add_up_the_counts(capsys):
     """--jobs 2: two processes with seeds 7 and 8, the programs shared out, their counts added."""
     assert fuzz.main(["--programs", "3", "--jobs", "2", "--seed", "7", "--no-minimise", "--quiet"]) == 0
     assert capsys.readouterr().out.strip() == "4 programs, 0 disagreements"  # (2 each: 3 rounded up)
-    assert fuzz._added([{"programs": 2, "ok": 2, "reasons": {"a": 1}, "kinds": {}},
-                        {"programs": 3, "ok": 1, "reasons": {"a": 2, "b": 1}, "kinds": {"nan": 1}}]) == {
+    assert runner._added([{"programs": 2, "ok": 2, "reasons": {"a": 1}, "kinds": {}},
+                          {"programs": 3, "ok": 1, "reasons": {"a": 2, "b": 1}, "kinds": {"nan": 1}}]) == {
         "programs": 5, "ok": 3, "reasons": {"a": 3, "b": 1}, "kinds": {"nan": 1}}
 
 
@@ -373,9 +374,9 @@ def test_programs_whose_intermediates_overflow_are_not_generated():
     0 * inf = nan on every backend, as in JAX, while finite differences see a smooth function. Such
     programs are invalid (IEEE overflow, not a derivative rule); the same function below overflow is kept."""
     src = "def f(x):\n    v5 = np.sum(x ** 2) * x\n    return np.sum(1.0 / np.exp(v5 * v5))\n"
-    assert not fuzz._valid(_program(src, seed=1805834246))
+    assert not generator._valid(_program(src, seed=1805834246))
     small = _program(src.replace("np.sum(x ** 2) * x", "0.1 * x"), seed=1805834246)
-    assert fuzz._valid(small) and fuzz.check(small, backends=("python", "vm")) == ([], "ok")
+    assert generator._valid(small) and fuzz.check(small, backends=("python", "vm")) == ([], "ok")
 
 
 def test_running_sums_are_nudged_like_sums():
