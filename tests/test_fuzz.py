@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad import fuzz, trace
+from symgrad import fuzz
 from symgrad.fuzz import generator, oracle, runner
+from symgrad.trace import limits
 
 
 def _report(found: list) -> str:
@@ -59,7 +60,7 @@ def test_generated_programs_are_deterministic_valid_and_varied():
                       "'kij,kj->ki'", "'kij,kjl->kil'"):
         assert construct in text, construct
     sizes = {n for p in programs for s in p.shapes for n in [int(np.prod(s))]}
-    assert any(n < trace.ROLLED_MIN for n in sizes) and any(n >= trace.ROLLED_MIN for n in sizes)
+    assert any(n < limits.ROLLED_MIN for n in sizes) and any(n >= limits.ROLLED_MIN for n in sizes)
     assert any(len(p.shapes) == 2 and p.argnums == (0, 1) for p in programs)
     assert any(len(p.shapes) == 2 and p.argnums == (0,) for p in programs)
 
@@ -72,7 +73,7 @@ def test_a_program_prints_as_a_script_that_runs():
     (value, (reference, _)), ((vm_value, _),) = printed
     assert value == pytest.approx(reference) == pytest.approx(vm_value)
     assert namespace["x"].shape == (64,) and "backend='vm'" in p.snippet("vm")
-    assert "trace.ROLLED_MIN = 10**9" in p.snippet("element")
+    assert "limits.ROLLED_MIN = 10**9" in p.snippet("element")
     assert "sg.hvp(f, argnums=0, backend='numba')" in p.snippet("hvp:numba")
 
 
@@ -80,7 +81,7 @@ def test_element_trace_is_forced_and_restored():
     f = sg.value_and_grad(lambda x: np.sum(x ** 2), backend="python")
     with fuzz.element_trace():
         assert not f.trace(np.ones(100)).indexed
-    assert trace.ROLLED_MIN == 64
+    assert limits.ROLLED_MIN == 64
     assert sg.value_and_grad(lambda x: np.sum(x ** 2), backend="python").trace(np.ones(100)).indexed
 
 

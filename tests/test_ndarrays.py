@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.trace import api, limits
 from symgrad.expr import ndarrays
+from symgrad.trace import api, limits
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.trace import limits
 from symgrad.expr.node import TracingError
+from symgrad.trace import limits
 
 RNG = np.random.default_rng(7)
 STEPS = 80  # >= limits.ROLLED_MIN elements: traced rolled

@@ -9,7 +9,7 @@ reductions, reshapes, joins, ``@`` / ``np.einsum``, ``np.cumsum`` and ``sg.scan`
 - the value of ``sg.value_and_grad(backend="python")`` (the reference interpreter, rolled where
   the arrays have 64 elements or more) with NumPy's, and its gradient with central finite
   differences of the NumPy function along random directions;
-- the element-by-element trace (``trace.ROLLED_MIN`` raised for the call) with the rolled one;
+- the element-by-element trace (``symgrad.trace.limits.ROLLED_MIN`` raised for the call) with the rolled one;
 - the value and gradient on the other backends (``vm``, ``numba``) with the interpreter's;
 - sometimes ``sg.jvp``, ``sg.hvp``, ``sg.hessian``, ``sg.jacobian`` and ``sg.vmap(sg.grad(f))``.
 

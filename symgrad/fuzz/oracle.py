@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 import symgrad as sg
-from symgrad import trace
 from symgrad.expr import interp
 from symgrad.fuzz.generator import _valid
 from symgrad.fuzz.noise import _capped, _mismatch, _nan_only, _observe, _settled
 from symgrad.fuzz.program import Disagreement, Program
+from symgrad.trace import limits
 
 # Relative tolerances. A backend against the interpreter: the same formulas, so only rounding (the
 # compiled transcendental functions are within 3 ulp of NumPy's) separates them; errors are scaled by
@@ -39,18 +39,18 @@ def _unsupported(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def element_trace() -> Iterator[None]:
-    """Trace arrays element by element whatever their size (``trace.ROLLED_MIN`` raised while inside).
+    """Trace arrays element by element whatever their size (``limits.ROLLED_MIN`` raised while inside).
 
     >>> with element_trace():
     ...     sg.value_and_grad(lambda x: np.sum(x ** 2), backend="python").trace(np.ones(100)).indexed
     False
     """
-    old = trace.ROLLED_MIN
-    trace.ROLLED_MIN = sys.maxsize
+    old = limits.ROLLED_MIN
+    limits.ROLLED_MIN = sys.maxsize
     try:
         yield
     finally:
-        trace.ROLLED_MIN = old
+        limits.ROLLED_MIN = old
 
 
 def _error(e: BaseException) -> str:
@@ -120,7 +120,7 @@ class _Checker:
                 if self.wanted("python"):
                     self.add("python", "value", "error", _error(e))
                 return []
-            if not rolled and max(np.size(a) for a in inputs) >= trace.ROLLED_MIN:
+            if not rolled and max(np.size(a) for a in inputs) >= limits.ROLLED_MIN:
                 self.status, self.note = "fallback", self._why_not_rolled(f, inputs)
             self.reference = value, grads
             self.noise = self._noise(f, inputs, value, grads, expected)

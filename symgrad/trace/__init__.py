@@ -41,5 +41,5 @@ from symgrad.trace.api import (
 from symgrad.trace.function import Function
 from symgrad.trace.record import Trace
 
-__all__ = ["Function", "Trace", "grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "linearize",
-           "make_jaxpr", "value_and_grad", "vjp", "vmap"]
+__all__ = ["Function", "Trace", "grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
+           "linearize", "make_jaxpr", "value_and_grad", "vjp", "vmap"]

@@ -235,7 +235,8 @@ class Function:
         """One warning when tracing again keeps happening."""
         self._changes += 1
         if self._changes == limits.RETRACES_NOTE:
-            warnings.warn(f"{self._who}: traced again {limits.RETRACES_NOTE} times: {why}", stacklevel=user_level())
+            warnings.warn(f"{self._who}: traced again {limits.RETRACES_NOTE} times: {why}",
+                          stacklevel=user_level())
 
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
         """Array arguments as rolled arrays where the transform takes them; where fn does something
@@ -465,8 +466,8 @@ class Function:
         H[j, j + 1] = where(t1, 2*x[j], 0)
         """
         if self._last_sparse is None:
-            raise RuntimeError(f"{self._who}.bands: call it first, sparse=True on arrays of {limits.ROLLED_MIN} elements "
-                               "or more (a rolled sparse Jacobian or Hessian)")
+            raise RuntimeError(f"{self._who}.bands: call it first, sparse=True on arrays of {limits.ROLLED_MIN} "
+                               "elements or more (a rolled sparse Jacobian or Hessian)")
         return self._last_sparse.bands()
 
     def __reduce__(self) -> tuple:  # pickles by reference to fn; traces again where it lands

@@ -19,7 +19,7 @@ from symgrad.util import chunks, pytree
 F64, OBJECT = np.dtype(np.float64), np.dtype(object)
 SYMBOLIC = object()  # a signature marker: the argument holds expressions (we are inside another trace)
 OTHER = object()  # a signature marker: bools, strings or other objects, static where not differentiated
-CHUNKED = object()  # a signature marker: a Dask array (rows in chunks: never traced, handed to symgrad.distributed)
+CHUNKED = object()  # a signature marker: a Dask array (rows in chunks: never traced, run by symgrad.distributed)
 fresh_names = itertools.count(1)  # distinct variable names for each trace inside another trace
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import scipy.special as _special
+
 from symgrad.expr.special import digamma, gammaln, logsumexp, multigammaln, polygamma
 
 psi = digamma
