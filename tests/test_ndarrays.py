@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.expr import ndarrays
+from symgrad.expr import ndarrays, tracing
 from symgrad.trace import api, limits
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -542,7 +542,7 @@ def test_a_python_loop_indexing_with_an_integer_argument_stays_rolled():
 
 def test_a_gather_through_integers_prints_and_typesets():
     y, z = sg.array("y", 3), sg.array("z", (3, 4))
-    with ndarrays.integers([y]):
+    with tracing.integers([y]):
         picked = z[np.arange(3), y]
     assert "as_index(y[" in str(picked)
     assert r"\operatorname{as\_index}\left(y_{" in sg.latex(np.sum(picked))

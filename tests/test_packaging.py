@@ -41,53 +41,123 @@ def test_the_typing_marker_ships():
     assert importlib.resources.files("symgrad").joinpath("py.typed").is_file()
 
 
-def _imports(package: str = "expr") -> dict[str, set[str]]:
-    """Module -> the symgrad modules it imports (anywhere in the file), for symgrad/<package>."""
-    root = Path(sg.__file__).parent / package
+ROOT = Path(sg.__file__).parent
+# The layers, bottom up: each imports only itself and the layers below it. Every other module (the public
+# API in __init__, check, parse, cli, distributed, solvers/, ports/, fuzz/) sits above them all.
+LAYERS = ("util", "expr", "compile", "trace")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every symgrad module -> the symgrad modules it imports: at the top, inside functions, anywhere, but for
+    ``if TYPE_CHECKING:`` blocks (annotations only: they never run). ``from symgrad.x import y`` counts as
+    ``symgrad.x.y`` where that is a module, else as ``symgrad.x``."""
+    modules = {_module(p): p for p in ROOT.rglob("*.py")}
     graph = {}
-    for path in root.glob("*.py"):
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and
+                       getattr(node.test, "id", None) == "TYPE_CHECKING" for b in node.body for n in ast.walk(b)}
         found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("symgrad"):
-                parts = node.module.split(".")
-                found |= {f"{package}.{a.name}" for a in node.names} if node.module == f"symgrad.{package}" else \
-                    {".".join(parts[1:3])}
-        graph[f"{package}.{path.stem}"] = found - {f"{package}.{path.stem}"}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.split(".")[0] == "symgrad"}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "symgrad":
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                          for a in node.names}
+        graph[name] = {m for m in found if m in modules} - {name}
     return graph
 
 
-def _cycles(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    """The pairs of modules of ``graph`` that reach each other."""
-    local = {m: {d for d in deps if d in graph} for m, deps in graph.items()}
-
-    def reaches(a: str, b: str) -> bool:
-        seen, stack = set(), [a]
-        while stack:
-            for n in local[stack.pop()]:
-                if n == b:
-                    return True
-                if n not in seen:
-                    seen.add(n)
-                    stack.append(n)
-        return False
-
-    return {tuple(sorted((a, b))) for a in local for b in local[a] if reaches(b, a)}
+def _layer(module: str) -> int:
+    """0 for util, 1 for expr, 2 for compile, 3 for trace: the index in LAYERS; above them all: len(LAYERS)."""
+    part = module.split(".")[1] if "." in module else ""
+    return LAYERS.index(part) if part in LAYERS else len(LAYERS)
 
 
-def test_the_symbolic_layer_imports_form_a_tree_but_for_ops_and_build():
-    """symgrad.expr never imports symgrad.compile, and its modules import each other without cycles,
-    except ops <-> build (op rows build nodes; building reads rows)."""
-    graph = _imports("expr")
-    assert not any(m.startswith("compile") for deps in graph.values() for m in deps)
-    assert _cycles(graph) == {("expr.build", "expr.ops")}
+def _circles(graph: dict[str, set[str]]) -> set[frozenset]:
+    """The sets of two or more nodes of ``graph`` that all reach each other (Tarjan's strongly connected
+    components, with an explicit stack)."""
+    index, low, on, stack, found, counter = {}, {}, set(), [], set(), [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = set()
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    part.add(member)
+                    if member == node:
+                        break
+                if len(part) > 1:
+                    found.add(frozenset(part))
+    return found
 
 
-def test_the_numeric_layer_imports_form_a_tree():
-    """symgrad.compile's modules import each other one way: the backend interface (kernels) imports
-    none of them, programs look backends up there, backends register there."""
-    graph = _imports("compile")
-    assert _cycles(graph) == set()
-    assert not {d for d in graph["compile.kernels"] if d.startswith("compile")}
+def test_no_module_imports_another_that_imports_it_back():
+    """No circle of modules, counting imports inside functions, except ops <-> build (op rows build nodes;
+    building reads rows): one unit in two files."""
+    assert _circles(_imports()) == {frozenset({"symgrad.expr.build", "symgrad.expr.ops"})}
+
+
+def test_no_circle_of_packages():
+    """symgrad's subpackages and top-level modules, as wholes, import each other one way (the package's
+    __init__, the public API, imports them all and is imported by none of them but the fuzzer and the CLI,
+    which sit on top)."""
+    top = {m: {d.split(".")[1] for d in deps if "." in d} - {m.split(".")[1]}
+           for m, deps in _imports().items() if "." in m}
+    packages: dict[str, set[str]] = {}
+    for m, deps in top.items():
+        packages.setdefault(m.split(".")[1], set()).update(deps)
+    assert _circles({p: deps & set(packages) for p, deps in packages.items()}) == set()
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    """util <- expr <- compile <- trace <- the rest: no module imports one of a layer above its own (Dask
+    plugs in through util.chunks, which the public API installs; nothing below it imports distributed)."""
+    upward = sorted(f"{m} -> {d}" for m, deps in _imports().items() for d in deps if _layer(d) > _layer(m))
+    assert upward == []
+
+
+def test_the_layers_are_where_the_test_looks_for_them():
+    """(The checks above would pass vacuously if a layer moved.)"""
+    graph = _imports()
+    assert all(any(m.startswith(f"symgrad.{layer}.") for m in graph) for layer in LAYERS)
+    assert "symgrad.distributed" in graph and "symgrad.trace.function" in graph["symgrad.trace.api"]
+
+
+def test_the_checker_finds_circles_and_upward_imports():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
+    assert _layer("symgrad.expr.diff") < _layer("symgrad.compile.lower") < _layer("symgrad.trace.api") < \
+        _layer("symgrad.distributed")
 
 
 def test_docstrings_read_as_written_in_help_and_the_api_pages():

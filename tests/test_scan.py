@@ -254,7 +254,7 @@ def test_random_scans_agree_with_the_python_loop(steps, width, reverse, seed):
         return h, np.array(out)
 
     hs, xs = sg.array("h", width), sg.array("xs", (steps, width))
-    with sg.expr.ndarrays.capturing() as found:
+    with sg.expr.tracing.capturing() as found:
         hT, ys = sg.scan(step, hs, xs, reverse=reverse)
     values = {hs: h0, xs: X, **found}
     expected = loop(h0)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import linalg, ndarrays, ops
+from symgrad.expr import linalg, ndarrays, ops, tracing
 from symgrad.expr.functions import FUNCS, UFUNCS, SymArray, rint, wrap
 from symgrad.expr.node import Expr, TracingError
 
@@ -146,12 +146,12 @@ def _plain(inputs: tuple) -> list:
 
 def _observe(values: Any) -> None:
     """Note the NumPy arrays among a call's arguments (and in a list or tuple of them): their values
-    go into the traced formulas, so the trace must know if one changes later (ndarrays.observing)."""
+    go into the traced formulas, so the trace must know if one changes later (tracing.observing)."""
     for v in values:
         if isinstance(v, list | tuple):
             _observe([u for u in v if isinstance(u, np.ndarray)])
         elif isinstance(v, np.ndarray):
-            ndarrays.observe(v)
+            tracing.observe(v)
 
 
 def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:

@@ -24,6 +24,7 @@ from symgrad.expr import (
     ops,
     printing,
     rolled,
+    tracing,
     traverse,
     updates,
 )
@@ -39,7 +40,7 @@ def _operator(name: str, reflected: bool = False) -> Callable:
         if not isinstance(other, Expr | Real | np.bool_):
             return NotImplemented
         args = (other, self) if reflected else (self, other)
-        ndarrays.note_operands(args)
+        tracing.note_operands(args)
         if self.op.array_valued or isinstance(other, Expr) and other.op.array_valued:
             return ndarrays.elementwise(lambda a, b: apply(op, (a, b)), args)
         return apply(op, args)
@@ -132,9 +133,9 @@ def _as_elements(values: Any) -> Any:
 
 
 def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-    if ndarrays.stepping_now() and not _has_objects(inputs) and any(
+    if tracing.stepping_now() and not _has_objects(inputs) and any(
             isinstance(a, np.ndarray) and a.ndim and a.dtype.kind in "biuf" for a in inputs):
-        inputs = tuple(map(ndarrays.operand, inputs))  # (a scan's step: rolled, see ndarrays.stepping)
+        inputs = tuple(map(ndarrays.operand, inputs))  # (a scan's step: rolled, see tracing.stepping)
     if _has_array(inputs) and _has_objects(inputs):  # beside an element trace's arrays: element by element
         inputs = _as_elements(inputs)
     if _has_array(inputs):  # a rolled array: NumPy's meaning, as indexed expressions

@@ -13,10 +13,6 @@ rolled form raises ``TracingError`` naming it (tracing then falls back to object
 from __future__ import annotations
 
 import math
-import threading
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,6 +20,7 @@ import numpy as np
 from symgrad.expr import functions, ops, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, TracingError
+from symgrad.expr.tracing import context, note_operands
 
 
 def is_array(v: Any) -> bool:
@@ -36,164 +33,6 @@ def is_array(v: Any) -> bool:
     return isinstance(v, Expr) and v.op.array_valued
 
 
-class _Captured(threading.local):
-    """The constant arrays met while a function is traced: {id: (its node, its values, the array)};
-    the traced arrays that hold integers (arguments of an integer dtype: they may index); every
-    NumPy array that met a traced value, {id: (the array, a float64 copy or None)}."""
-
-    arrays: dict | None = None
-    integers: frozenset = frozenset()
-    seen: dict | None = None
-    floats_met = False  # whether a float number or array met a traced value (jit's int results then floats)
-    stepping = False  # a scan's step is being traced on placeholders (its NumPy arrays meet scalars rolled)
-
-
-_captured = _Captured()
-
-
-@contextmanager
-def capturing() -> Iterator[dict]:
-    """While tracing: NumPy arrays of numbers that meet traced arrays become array inputs
-    (``const#1`` ...), recorded in the dict this yields (node -> values) for the caller to pass
-    as parameters: JAX's captured constants. Nested uses share the outermost dict.
-
-    >>> import numpy as np, symgrad as sg
-    >>> with capturing() as found:
-    ...     y = sg.array("x", 2) * np.array([2.0, 3.0])
-    >>> [(str(node).split("#")[0], values.tolist()) for node, values in found.items()]
-    [('const', [2.0, 3.0])]
-    """
-    outer = _captured.arrays
-    if outer is not None:
-        yield {}
-        return
-    _captured.arrays, _captured.floats_met = {}, False
-    found: dict = {}
-    try:
-        yield found
-    finally:
-        found.update((node, values) for node, values, _ in _captured.arrays.values())
-        _captured.arrays = None
-
-
-def note_operands(args: tuple) -> None:
-    """While tracing, whether a float (a Python or NumPy float, a float array) is an operand: NumPy's
-    result is then a float whatever its value (``n * 1.0``), which the graph (``n``) no longer says."""
-    if _captured.arrays is not None and not _captured.floats_met:
-        _captured.floats_met = any(isinstance(a, float | np.floating) or isinstance(a, np.ndarray) and
-                                   a.dtype.kind == "f" for a in args)
-
-
-def floats_met() -> bool:
-    """Whether ``note_operands`` saw a float operand in the trace running.
-
-    >>> import symgrad as sg
-    >>> with capturing():
-    ...     _ = sg.array("n", 2) * 2
-    ...     floats_met()
-    False
-    """
-    return _captured.floats_met
-
-
-def captured() -> dict:
-    """The NumPy constants captured so far by the trace running (node -> values).
-
-    >>> import numpy as np, symgrad as sg
-    >>> with capturing():
-    ...     _ = sg.array("x", 2) * np.array([2.0, 3.0])
-    ...     [values.tolist() for values in captured().values()]
-    [[2.0, 3.0]]
-    """
-    return {node: values for node, values, _ in (_captured.arrays or {}).values()}
-
-
-def tracing() -> bool:
-    """Whether a function is being traced (its NumPy constants captured): a scan there is a node.
-
-    >>> with capturing():
-    ...     tracing()
-    True
-    """
-    return _captured.arrays is not None
-
-
-@contextmanager
-def observing() -> Iterator[list]:
-    """While tracing: every NumPy array of numbers that meets a traced value (rolled or element by
-    element), listed as (a weak reference to it, a copy of it or None) when the block ends, for the
-    caller to check later whether it changed in place (its values are in the traced formulas). Weak:
-    a temporary made inside the traced function is gone by then, and nothing can change it. Nested
-    uses share the outermost list.
-
-    >>> import numpy as np, symgrad as sg
-    >>> a = np.array([2.0, 3.0])
-    >>> with capturing(), observing() as met:
-    ...     y = sg.array("x", 2) * a + np.ones(2)
-    >>> [ref() is a for ref, _ in met]
-    [True, False]
-    """
-    if _captured.seen is not None:
-        yield []
-        return
-    _captured.seen = {}
-    met: list = []
-    try:
-        yield met
-    finally:
-        met.extend((weakref.ref(a), snapshot) for a, snapshot in _captured.seen.values())
-        _captured.seen = None
-
-
-def observe(a: Any) -> None:
-    """Note a NumPy array met while tracing (see ``observing``); anything else is ignored."""
-    seen = _captured.seen
-    if seen is not None and type(a) is np.ndarray and a.dtype.kind in "biuf" and id(a) not in seen:
-        seen[id(a)] = (a, None)
-
-
-@contextmanager
-def integers(nodes: Any) -> Iterator[None]:
-    """While tracing: the rolled arrays ``nodes`` hold integers (arguments of an integer dtype), so
-    they may index other arrays (a gather at addresses read from them, checked when run).
-
-    >>> import numpy as np, symgrad as sg
-    >>> y, z = sg.array("y", 3), sg.array("z", (3, 4))
-    >>> with integers([y]):
-    ...     picked = z[np.arange(3), y]
-    >>> sg.evaluate(picked, {y: [3.0, 0.0, -1.0], z: np.arange(12.0).reshape(3, 4)})
-    array([ 3.,  4., 11.])
-    """
-    outer = _captured.integers
-    _captured.integers = outer | frozenset(nodes)
-    try:
-        yield
-    finally:
-        _captured.integers = outer
-
-
-@contextmanager
-def stepping() -> Iterator[None]:
-    """While a scan's step is traced: a NumPy array meeting a scalar expression in a ufunc (``b * x``, x a
-    scalar row of the stacked inputs) is a rolled operand, not an object array of its elements (which
-    would leave the scan to a Python loop and the whole function to the element trace).
-
-    >>> with stepping():
-    ...     stepping_now()
-    True
-    """
-    outer = _captured.stepping
-    _captured.stepping = True
-    try:
-        yield
-    finally:
-        _captured.stepping = outer
-
-
-def stepping_now() -> bool:
-    return _captured.stepping
-
-
 _INTEGER_OPS = frozenset({"add", "sub", "mul", "neg", "mod", "floor_divide", "abs", "minimum", "maximum"})
 
 
@@ -204,11 +43,12 @@ def integral(e: Any) -> bool:
 
     >>> import symgrad as sg
     >>> i = sg.Var("i")
+    >>> from symgrad.expr.tracing import integers
     >>> with integers([i]):
     ...     integral((i + 1) % 5), integral(i / 2)
     (True, False)
     """
-    return isinstance(e, Expr) and not e.op.array_valued and integer_valued(e, _captured.integers)
+    return isinstance(e, Expr) and not e.op.array_valued and integer_valued(e, context.integers)
 
 
 _FOLLOWED = {"load": slice(0, 1), "where": slice(1, 3), "tensor": slice(0, 1), "sum": slice(0, 1),
@@ -255,7 +95,7 @@ def holds_integers(value: Any) -> bool:
     (True, True, False, False)
     """
     if isinstance(value, Expr):
-        return value in _captured.integers
+        return value in context.integers
     return not isinstance(value, bool | np.bool_) and np.asarray(value).dtype.kind in "iu"
 
 
@@ -316,21 +156,21 @@ def operand(a: Any) -> Any:
     if a.dtype.kind not in "biuf" or a.size == 0:
         error = ElementsMet if a.dtype == object else TracingError
         raise error(f"a NumPy array of dtype {a.dtype}, shape {a.shape} combined with a traced array")
-    if _captured.arrays is None:
+    if context.arrays is None:
         raise TracingError("a NumPy array of constants combined with a traced array (outside a trace): pass it "
                            "as an argument (data), or build it from the traced values")
     key = id(a)
-    if key not in _captured.arrays:
+    if key not in context.arrays:
         values = np.array(a, dtype=np.float64)  # a copy: the values when traced, as JAX captures them
         # Numbered within the trace: tracing again after a captured value changed gives the same
         # formulas, so the compiled kernel is found again (the values are parameters, not in them).
-        node = rolled.array(f"const#{len(_captured.arrays) + 1}", a.shape)
+        node = rolled.array(f"const#{len(context.arrays) + 1}", a.shape)
         # The array itself is held until the trace ends: a temporary freed meanwhile would let a
         # later array take its id and be read as this one.
-        _captured.arrays[key] = (node, values, a)
-        if _captured.seen is not None:  # (its copy doubles as the snapshot a later change is checked against)
-            _captured.seen[key] = (a, values if a.dtype == values.dtype else None)
-    return _captured.arrays[key][0]
+        context.arrays[key] = (node, values, a)
+        if context.seen is not None:  # (its copy doubles as the snapshot a later change is checked against)
+            context.seen[key] = (a, values if a.dtype == values.dtype else None)
+    return context.arrays[key][0]
 
 
 def fresh(shape: tuple) -> tuple:
@@ -869,7 +709,7 @@ def _constant_indices(v: Any, axis: int, n: int) -> np.ndarray:
 def _read(indices: Expr, J: tuple, n: int) -> Expr:
     """The address a traced integer array gives at ``J`` (broadcast: its trailing axes), on an axis of
     size ``n``: its value there, checked where it runs."""
-    if not integer_valued(indices, _captured.integers):  # (a slice of an integer argument: obs[:, 0])
+    if not integer_valued(indices, context.integers):  # (a slice of an integer argument: obs[:, 0])
         if indices.op.name == "tensor" and indices.args[0].op.name in functions._CONDITIONS:
             raise TracingError(functions.MASK_MESSAGE)
         raise IndexError("arrays used as indices must be of integer type: a traced index array must be an "

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import batching, functions, ndarrays, ops, rolled
+from symgrad.expr import batching, functions, ndarrays, ops, rolled, tracing
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, Name, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
@@ -201,7 +201,7 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
         init_leaves, x_leaves = _elements(init_leaves), _elements(x_leaves)  # the rolled ones read by element
         init = pytree.unflatten(init_tree, init_leaves)
     arrays = any(ndarrays.is_array(v) for v in init_leaves + x_leaves)
-    if arrays or ndarrays.tracing() and all(_rollable(v) for v in init_leaves + x_leaves):
+    if arrays or tracing.active() and all(_rollable(v) for v in init_leaves + x_leaves):
         try:  # one node, whatever the length (a Python loop would add a step's nodes per step)
             return _rolled(f, init_leaves, init_tree, x_leaves, x_tree, n, reverse)
         except TracingError as e:  # the step reads values traced element by element: only the loop has them
@@ -295,8 +295,8 @@ def _rolled(f: Any, init_leaves: list, tree: Any, x_leaves: list, x_tree: Any, n
     row_leaves = [p if s.ndim > 1 else p[0] for p, s in zip(rows, stacks)]
     x_row = pytree.unflatten(x_tree, row_leaves)
     # a row of integers (a fori_loop's counter, labels) may index arrays: a gather checked where it runs
-    with ndarrays.integers(r for r, v in zip(row_leaves, x_leaves) if ndarrays.holds_integers(v)), \
-            ndarrays.stepping():
+    with tracing.integers(r for r, v in zip(row_leaves, x_leaves) if ndarrays.holds_integers(v)), \
+            tracing.stepping():
         new, y = _called(f, carry_tree, x_row)
     new_leaves = [_as_array(v) for v in _check_carry(tree, new, shapes)]
     body = new_leaves[0] if alone else _packed(new_leaves)

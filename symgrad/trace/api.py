@@ -13,11 +13,12 @@ from symgrad.expr import diff as symbolic
 from symgrad.expr.functions import SymArray
 from symgrad.expr.node import Expr
 from symgrad.expr.sparsity import sparse_hessian, sparse_jacobian
+from symgrad.expr.tracing import context
 from symgrad.expr.traverse import as_expr_list, object_array
 from symgrad.trace.batched import Batched
 from symgrad.trace.function import Function
 from symgrad.trace.record import Trace
-from symgrad.trace.signature import tangent_of, tracing
+from symgrad.trace.signature import tangent_of
 from symgrad.util import pytree
 
 # ---- the public names: a Python function is traced, expressions are differentiated as they are ----
@@ -289,7 +290,7 @@ def linearize(fn: Any, *primals: Any, has_aux: bool = False, backend: str = "aut
 
 def _zeros_like_output(F: Function, primals: tuple) -> Any:
     """A zero cotangent in the structure of fn's output (to evaluate the output itself)."""
-    if F._key(primals, {}) is None or tracing.depth:  # inside a trace: the output's structure, fresh
+    if F._key(primals, {}) is None or context.depth:  # inside a trace: the output's structure, fresh
         t = Trace(F, primals, {}, fresh=True)
     else:
         t = F._trace(F._key(primals, {}), primals, {})

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import batching, ndarrays, rolled
+from symgrad.expr import batching, ndarrays, rolled, tracing
 from symgrad.expr.build import Var, const
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr, TracingError
@@ -59,7 +59,7 @@ class Batched:
         ints = [ndarrays.holds_integers(leaf) for leaf in leaves]
         if all(is_rolled(leaf) for leaf, a in zip(leaves, leaf_axes) if a is not None):
             return self._rolled(leaves, leaf_axes, treedef, size, ints)
-        captured = [ndarrays.operand(leaf) if a is not None and _numbers(leaf) and ndarrays.tracing() else leaf
+        captured = [ndarrays.operand(leaf) if a is not None and _numbers(leaf) and tracing.active() else leaf
                     for leaf, a in zip(leaves, leaf_axes)]
         if all(is_rolled(leaf) for leaf, a in zip(captured, leaf_axes) if a is not None):
             try:  # NumPy arrays mapped inside a trace (an np.arange of rows): one trace, not one per row
@@ -84,7 +84,7 @@ class Batched:
             row_leaves.append(row)
             indices.append(n)
         row_args, row_kwargs = pytree.unflatten(treedef, row_leaves)
-        with ndarrays.integers(row for row, n in zip(mapped, indices) if ints[n]):
+        with tracing.integers(row for row, n in zip(mapped, indices) if ints[n]):
             out, out_tree = pytree.flatten(self.fn(*row_args, **row_kwargs))
         out = [_rolled_output(o, self.__name__) for o in out]
         results = batching.batch(out, mapped, b)

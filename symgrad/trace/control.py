@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ndarrays
+from symgrad.expr import tracing
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.scans import scan
 from symgrad.util import pytree
@@ -116,7 +116,7 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
     array([2., 4., 6.])
     """
     lower, upper = _bound(lower, "lower"), _bound(upper, "upper")
-    if upper > lower and (ndarrays.tracing() or any(map(_traced_leaf, pytree.tree_leaves(init_val)))):
+    if upper > lower and (tracing.active() or any(map(_traced_leaf, pytree.tree_leaves(init_val)))):
         try:
             carry, _ = scan(lambda v, i: (body_fun(i, v), None), _floats(init_val), np.arange(lower, upper))
             return carry

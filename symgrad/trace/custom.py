@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -26,17 +25,10 @@ from symgrad.expr.build import apply, const
 from symgrad.expr.diff import grad
 from symgrad.expr.functions import SymArray
 from symgrad.expr.node import Expr, TracingError
+from symgrad.expr.tracing import context
 from symgrad.expr.traverse import object_array, substitute, topo_order
 from symgrad.trace import guards
 from symgrad.util import pytree
-
-
-class _Inside(threading.local):
-    def __init__(self) -> None:
-        self.rules: list = []  # the functions whose rule is being traced (calling one gives its value)
-
-
-_inside = _Inside()
 
 
 class _Units:
@@ -106,7 +98,7 @@ class _Custom:
             bound = inspect.signature(self.fun).bind(*args, **kwargs)
             bound.apply_defaults()
             args = bound.args
-        if self in _inside.rules:
+        if self in context.rules:
             return self.fun(*args)
         for k in self.nondiff_argnums:
             if k >= len(args):
@@ -122,7 +114,7 @@ class _Custom:
         primals = list(args)
         for i, v in zip(diff, pytree.unflatten(tree, ins.rebuild(inputs))):
             primals[i] = v
-        _inside.rules.append(self)
+        context.rules.append(self)
         try:  # (a Python if in the function or its rule: decided by the arguments' values, as guards)
             with guards.deciding(None, dict(zip(inputs, ins.units))):
                 out = self.fun(*primals)
@@ -130,7 +122,7 @@ class _Custom:
                 outs = _Units(out_leaves, f"{self.name}'s result")
                 partials = self._partials(primals, diff, tree, ins, inputs, out_tree, outs)
         finally:
-            _inside.rules.pop()
+            context.rules.pop()
         if isinstance(partials, tuple):  # (g, cotangents): the rule reads g too
             self._check([*outs.units, *partials[1]], [*inputs, partials[0]])
         else:
@@ -161,11 +153,11 @@ class _Custom:
         elements = list(args)
         for i, v in zip(diff, pytree.unflatten(tree, at)):
             elements[i] = v
-        _inside.rules.append(self)
+        context.rules.append(self)
         try:
             whole = pytree.flatten(self.fun(*args))
         finally:
-            _inside.rules.pop()
+            context.rules.pop()
         one = pytree.flatten(self(*elements))
         if whole[1] != one[1] or not all(_same_at(w, e, idx) for w, e in zip(whole[0], one[0])):
             raise TracingError(f"{self.name}, a custom_jvp / custom_vjp function, is not elementwise on these "

@@ -15,6 +15,7 @@ from symgrad.compile import function as compiled
 from symgrad.expr import ndarrays
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.printing import format as format_exprs
+from symgrad.expr.tracing import context
 from symgrad.trace import limits
 from symgrad.trace.batched import Batched
 from symgrad.trace.captured import WRAPPERS
@@ -31,7 +32,6 @@ from symgrad.trace.signature import (
     is_rolled,
     signature,
     static_key,
-    tracing,
 )
 from symgrad.trace.sparse import RolledSparse
 from symgrad.util import chunks, pytree
@@ -219,7 +219,7 @@ class Function:
         """A sparse Jacobian or Hessian of arrays of ``limits.ROLLED_MIN`` elements or more, rolled
         (sparse_rolled.RolledSparse), made once per signature; None where the function has no rolled
         form (the element path's, as before)."""
-        if not isinstance(self.argnums_spec, int) or tracing.depth or not self._large(args, kwargs):
+        if not isinstance(self.argnums_spec, int) or context.depth or not self._large(args, kwargs):
             return None
         if key not in self._sparse_rolled:
             try:
@@ -306,7 +306,7 @@ class Function:
         if sparse is not None:
             self._last_sparse = sparse
             return sparse(args, kwargs)
-        t = None if key is None or tracing.depth else self._cached(key, args, kwargs)
+        t = None if key is None or context.depth else self._cached(key, args, kwargs)
         if t is None:
             if key is not None and chunks.holds_chunks(args, kwargs):
                 return chunks.run("lazy_map", self, *args, **kwargs)
@@ -317,10 +317,10 @@ class Function:
     def call(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
         """Call with fn's arguments and the transform's vector (hvp's v, jvp's tangents, a vjp's cotangent)."""
         key = self._key(args, kwargs)
-        if key is None or tracing.depth or extra is not None and has_symbolic(extra):
+        if key is None or context.depth or extra is not None and has_symbolic(extra):
             if self.transform == "jit":  # inside another trace jit is the function itself
-                if tracing.depth:
-                    tracing.called.append(self.fn)  # (the outer trace watches what it captures)
+                if context.depth:
+                    context.called.append(self.fn)  # (the outer trace watches what it captures)
                 return self.fn(*args, **kwargs)
             rolled_args = any(map(is_rolled, pytree.flatten((args, kwargs, extra))[0]))  # (vmap of a vjp)
             try:
@@ -345,7 +345,7 @@ class Function:
                [0., 2.]])
         """
         key = self._key(args, kwargs)
-        if key is None or tracing.depth or any(has_symbolic(e) for e in extras) or self.transform == "jit":
+        if key is None or context.depth or any(has_symbolic(e) for e in extras) or self.transform == "jit":
             return [self.call(args, kwargs, extra) for extra in extras]
         return self._trace(key, args, kwargs).run_many(args, kwargs, extras)
 

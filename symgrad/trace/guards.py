@@ -12,14 +12,14 @@ the trace (``sg.grad`` of ``sg.grad``) decides its conditions in terms of the ou
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
 
-from symgrad.expr import interp, ndarrays, node
+from symgrad.expr import interp, ndarrays, node, tracing
 from symgrad.expr.node import Expr
+from symgrad.expr.tracing import context
 from symgrad.expr.traverse import substitute
 
 
@@ -39,7 +39,7 @@ class Shadow:
         if condition.op.name == "const":
             return condition.payload != 0.0
         try:
-            value = interp.evaluate(condition, {**self.bindings, **ndarrays.captured()})
+            value = interp.evaluate(condition, {**self.bindings, **tracing.captured()})
         except ValueError:  # it reads what has no number here (vmap's rows, an index symbol): undecidable
             return None
         if np.ndim(value):
@@ -49,15 +49,9 @@ class Shadow:
         return decided
 
 
-class _Active(threading.local):
-    shadow: Shadow | None = None
-
-
-_active = _Active()
-
 
 def _decide(condition: Expr) -> bool | None:
-    shadow = _active.shadow
+    shadow = context.shadow
     return None if shadow is None else shadow.decide(condition)
 
 
@@ -69,7 +63,7 @@ def deciding(bindings: dict | None, inner: dict | None) -> Iterator[Shadow | Non
     """While a function is traced: its conditions decided by ``bindings`` (symbolic input -> value;
     None: no numbers, conditions stay undecidable) where this is the outermost trace, or, inside
     one, through ``inner`` (this trace's inputs -> the outer expressions or numbers they stand for)."""
-    shadow = _active.shadow
+    shadow = context.shadow
     if shadow is not None:
         if inner is None:
             yield None
@@ -83,11 +77,11 @@ def deciding(bindings: dict | None, inner: dict | None) -> Iterator[Shadow | Non
     if bindings is None:
         yield None
         return
-    _active.shadow = Shadow(bindings)
+    context.shadow = Shadow(bindings)
     try:
-        yield _active.shadow
+        yield context.shadow
     finally:
-        _active.shadow = None
+        context.shadow = None
 
 
 def bindings(syms: list, values: list) -> dict | None:

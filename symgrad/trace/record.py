@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from symgrad.compile import function as compiled
-from symgrad.expr import ndarrays, rolled
+from symgrad.expr import ndarrays, rolled, tracing
 from symgrad.expr.build import Var
 from symgrad.expr.functions import wrap
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.sparsity import SparseExprs
+from symgrad.expr.tracing import context
 from symgrad.expr.traverse import as_expr_list, count_nodes, object_array, substitute, topo_order
 from symgrad.trace import guards, limits
 from symgrad.trace.captured import Captures
@@ -28,7 +29,6 @@ from symgrad.trace.signature import (
     leaf_info,
     symbolic_leaf,
     tangent_of,
-    tracing,
 )
 from symgrad.util import pytree
 
@@ -151,24 +151,24 @@ class Trace:
         single = isinstance(owner.argnums_spec, int) and owner.rule.wrt == "argnums"
         self.wrt_tree = wrt[0].treedef if single and wrt else (tuple, tuple(s.treedef for s in wrt))
         integer = [sym for slot in self.slots.values() for sym in slot.integer]  # may index other arrays
-        outermost = not tracing.depth
+        outermost = not context.depth
         if outermost:
-            tracing.called = []
-        tracing.called.append(owner.fn)
-        tracing.depth += 1
+            context.called = []
+        context.called.append(owner.fn)
+        context.depth += 1
         try:
-            with paused_gc(), ndarrays.capturing() as constants, ndarrays.observing() as met, \
-                    ndarrays.integers(integer), guards.deciding(
+            with paused_gc(), tracing.capturing() as constants, tracing.observing() as met, \
+                    tracing.integers(integer), guards.deciding(
                         None if fresh else guards.bindings(self._syms, self._values),
                         guards.mapping(self._syms, self._values) if fresh else None) as shadow:
                 result = owner.fn(*sym_args, **sym_kwargs)
-                self.floats_met = ndarrays.floats_met()
+                self.floats_met = tracing.floats_met()
         finally:
-            tracing.depth -= 1
+            context.depth -= 1
         self.guards = shadow.guards if shadow is not None else []  # conditions decided by this call's values
         self._guard_fn: Any = None
         # What fn read besides its arguments, checked before each call (a nested trace: by the outer one).
-        self.watched = Captures().build(tracing.called, self.statics, met) if outermost and not fresh else ()
+        self.watched = Captures().build(context.called, self.statics, met) if outermost and not fresh else ()
         if constants and fresh:  # (its formulas would read arrays no caller passes)
             raise TracingError(f"{who}: NumPy arrays of constants inside a transform applied to rolled arrays "
                                "outside a trace; pass them as arguments")

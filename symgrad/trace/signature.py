@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,16 +24,6 @@ fresh_names = itertools.count(1)  # distinct variable names for each trace insid
 if TYPE_CHECKING:
     from symgrad.trace.function import Function
 
-
-class _Tracing(threading.local):
-    """How many traces this thread is inside (a Function called there returns expressions), and the
-    functions called in the outermost one (whose captured values it must watch too)."""
-
-    depth = 0
-    called: list = []
-
-
-tracing = _Tracing()
 
 @dataclass
 class Slot:
