@@ -13,7 +13,7 @@ from symgrad.expr.diff import may_fail
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
 from symgrad.expr.rolled import by_name, costly, reduce, scatter, substitute_indices, tensor, value_range
-from symgrad.expr.traverse import scalar_graph, topo_order
+from symgrad.expr.traverse import rewrite, scalar_graph, topo_order
 
 REDUCTIONS = ("sum", "max", "min")
 
@@ -205,15 +205,15 @@ def _by_rows(t: Expr) -> Expr | None:
 def _rewrite(outputs: list[Expr], replace: Callable) -> tuple[list[Expr], dict]:
     """The graph rebuilt bottom up, ``replace(node, node rebuilt)`` giving what its users read
     instead (or None: the rebuilt node); and the map from old nodes to new."""
-    new: dict[Expr, Expr] = {}
-    for node in topo_order(outputs):
-        args = tuple(new.get(a, a) for a in node.args)
+    def rule(node: Expr, args: tuple) -> Expr:
+        rebuilt = node
         if any(a is not b for a, b in zip(args, node.args)):  # (a tensor of a load of a tensor is that tensor)
-            new[node] = tensor(*args) if node.op.name == "tensor" else apply(node.op, args, node.payload)
-        out = replace(node, new.get(node, node))
-        if out is not None:
-            new[node] = out
-    return [new.get(r, r) for r in outputs], new
+            rebuilt = tensor(*args) if node.op.name == "tensor" else apply(node.op, args, node.payload)
+        out = replace(node, rebuilt)
+        return rebuilt if out is None else out
+
+    new = rewrite(outputs, rule)
+    return [new[r] for r in outputs], new
 
 
 def _materialised(e: Expr, axes: tuple) -> Expr:

@@ -16,7 +16,7 @@ import itertools
 from symgrad.expr import ops
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr, Name, intern
-from symgrad.expr.traverse import substitute, topo_order
+from symgrad.expr.traverse import rewrite, substitute, topo_order
 
 _count = itertools.count()
 _made = False  # whether any custom node exists yet (plain() walks graphs only then)
@@ -102,15 +102,10 @@ def plain(roots: list[Expr], reverse_only: bool = False) -> list[Expr]:
     order = topo_order(roots)
     if not any(n.op is ops.custom for n in order):
         return roots
-    new: dict[Expr, Expr] = {}
-    for node in order:
-        if node.op is ops.custom and (not reverse_only or node.payload.cotangent is not None):
-            new[node] = new.get(node.args[0], node.args[0])
-        elif node.args:
-            args = tuple(new.get(a, a) for a in node.args)
-            if any(n is not o for n, o in zip(args, node.args)):
-                new[node] = apply(node.op, args, node.payload)
-    return [new.get(r, r) for r in roots]
+    dropped = lambda node, args: args[0] if node.op is ops.custom and (  # noqa: E731
+        not reverse_only or node.payload.cotangent is not None) else None
+    new = rewrite(roots, dropped)
+    return [new[r] for r in roots]
 
 
 def foreign(exprs: list[Expr], inputs: list[Expr]) -> Expr | None:

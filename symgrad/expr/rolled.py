@@ -23,7 +23,7 @@ import numpy as np
 from symgrad.expr import interp, ops
 from symgrad.expr.build import _zero_where, apply
 from symgrad.expr.node import Expr, intern, name_order
-from symgrad.expr.traverse import substitute, topo_order
+from symgrad.expr.traverse import rewrite, substitute, topo_order
 
 INDEX_LIMIT = 2**53  # index values, array sizes and sizes of axes stay below: exact as floats and as int64
 
@@ -668,10 +668,7 @@ def tidy(e: Expr, memo: dict | None = None) -> Expr:
     >>> tidy(ops.where(i - 1 + 1 >= 1, subscript(x, i - 1, guarded=True), 0.0))
     where(i >= 1, x[i - 1], 0)
     """
-    new = {} if memo is None else memo
-    for node in topo_order([e], new):
-        new[node] = _tidied(node, tuple(new[a] for a in node.args))
-    return new[e]
+    return rewrite([e], _tidied, memo)[e]
 
 
 def _tidied(node: Expr, args: tuple) -> Expr:

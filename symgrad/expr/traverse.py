@@ -6,7 +6,7 @@ Every walk here uses an explicit stack, so a graph 10**6 deep is fine.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,44 @@ def topo_order(roots: Iterable[Expr], known: Any = None) -> list[Expr]:
     return order
 
 
+def rewrite(roots: list[Expr], rule: Callable[[Expr, tuple], Expr | None] | None = None, new: dict | None = None,
+            known: Any = None) -> dict[Expr, Expr]:
+    """The graph of ``roots`` rebuilt bottom up, each node once, without recursion: every pass that
+    rebuilds a graph is this walk and a rule. A node's arguments are first replaced by what they became;
+    then ``rule(node, args)`` gives what the node becomes, or None: the node itself where no argument
+    changed, else the node rebuilt on the new arguments (``apply``: its rewrite rules run again).
+
+    Returns ``new``: each node walked -> what it became (given ``new``, nodes already in it are kept
+    and not walked into: a memo shared by several calls, or the substitutions to start from). Nodes in
+    ``known`` (as for ``topo_order``) are left as they are.
+
+    >>> import symgrad as sg
+    >>> x, y = sg.symbols("x y")
+    >>> f = sg.sin(x) * y + x
+    >>> new = rewrite([f], lambda node, args: sg.cos(args[0]) if node.op.name == "sin" else None)
+    >>> new[f]
+    x + y*cos(x)
+    """
+    new = {} if new is None else new
+    for node in topo_order(roots, new if known is None else _Either(new, known)):
+        args = tuple(new.get(a, a) for a in node.args)
+        out = rule(node, args) if rule is not None else None
+        if out is None:
+            out = apply(node.op, args, node.payload) if any(a is not b for a, b in zip(args, node.args)) else node
+        new[node] = out
+    return new
+
+
+class _Either:
+    """Membership in either of two collections (``rewrite``'s memo and the nodes it must not walk into)."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, node: Expr) -> bool:
+        return node in self.a or node in self.b
+
+
 def count_nodes(exprs: Any) -> int:
     """The number of distinct nodes in the DAG of ``exprs`` (shared nodes counted once).
 
@@ -115,15 +153,10 @@ def substitute(exprs: Any, mapping: dict) -> Any:
     >>> substitute(x * y + x, {x: 2})
     2*y + 2
     """
-    new = {k: _as_expr(v, OPS["var"]) for k, v in mapping.items()}
     roots = as_expr_list(exprs)
-    for node in topo_order(roots):
-        if node in new or not node.args:
-            continue
-        args = tuple(new.get(a, a) for a in node.args)
-        if any(n is not o for n, o in zip(args, node.args)):
-            new[node] = apply(node.op, args, node.payload)  # (loads keep "guarded", scatters their shape)
-    return _like(exprs, [new.get(r, r) for r in roots])
+    # (rebuilt by apply with their payloads: loads keep "guarded", scatters their shape)
+    new = rewrite(roots, new={k: _as_expr(v, OPS["var"]) for k, v in mapping.items()})
+    return _like(exprs, [new[r] for r in roots])
 
 
 def _like(template: Any, flat: list) -> Any:

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import custom, ndarrays, rolled
-from symgrad.expr.build import apply, const
+from symgrad.expr.build import const
 from symgrad.expr.diff import grad
 from symgrad.expr.functions import SymArray
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.tracing import context
-from symgrad.expr.traverse import object_array, substitute, topo_order
+from symgrad.expr.traverse import object_array, rewrite, substitute, topo_order
 from symgrad.trace import guards
 from symgrad.util import pytree
 
@@ -196,17 +196,13 @@ def _same_at(whole: Any, one: Any, idx: tuple) -> bool:
 def _inlined(e: Expr) -> Expr:
     """``e`` with every load of a tensor replaced by the tensor's body there (one canonical form of
     elementwise code, however NumPy's calls materialised it)."""
-    new: dict[Expr, Expr] = {}
-    for node in topo_order([e]):
-        if not node.args:
-            continue
-        args = tuple(new.get(a, a) for a in node.args)
+    def body_read(node: Expr, args: tuple) -> Expr | None:
         if node.op.name == "load" and args[0].op.name == "tensor":
             t = args[0]
-            new[node] = rolled.substitute_indices(t.args[0], dict(zip(t.args[1:], args[1:])))
-        elif any(a is not b for a, b in zip(args, node.args)):
-            new[node] = apply(node.op, args, node.payload)
-    return new.get(e, e)
+            return rolled.substitute_indices(t.args[0], dict(zip(t.args[1:], args[1:])))
+        return None
+
+    return rewrite([e], body_read)[e]
 
 
 def _reads(exprs: list, placeholders: list) -> bool:
