@@ -76,7 +76,7 @@ def test_compiled_backends_use_them_and_agree_with_the_interpreter():
 def test_loops_call_fastmath_only_where_they_vectorise():
     """Elementwise loops get fastmath; loops that reduce or also call the library (sin) get the C
     library's, which is faster one element at a time."""
-    from symgrad.compile.loops import _library_where_scalar
+    from symgrad.compile.loop_source import _library_where_scalar
 
     lines = ["for i1 in range(9):", "    v2 = fastmath.tanh(x[i1])", "    t[i1] = v2",
              "a3 = 0.0", "for i4 in range(9):", "    v5 = fastmath.exp(x[i4])", "    a3 = a3 + v5",

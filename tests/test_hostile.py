@@ -16,7 +16,7 @@ from rolled_graphs import nested_sums, rolled_sums
 
 import symgrad as sg
 from symgrad.compile import cache
-from symgrad.compile.loops import LoopProgram
+from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import OPS_ID
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import topo_order

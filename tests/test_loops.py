@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rolled_graphs import nested_sums
 
 import symgrad as sg
-from symgrad.compile import cache, loops
+from symgrad.compile import cache, loop_source
 from symgrad.compile.kernels import REGISTRY, Backend
 from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor
 
@@ -113,9 +113,9 @@ def test_repeated_outputs_are_each_written_and_bad_outputs_named():
     with pytest.raises(ValueError, match="depend on a, b, which are not among the inputs"):
         sg.compile(f, [x])
     with pytest.raises(ValueError, match="the first output must be a scalar"):
-        loops.source([gx], [x, a, b])
+        loop_source.source([gx], [x, a, b])
     with pytest.raises(ValueError, match="a constant table is no output"):
-        loops.source([f, table([1, 2])], [x, a, b])
+        loop_source.source([f, table([1, 2])], [x, a, b])
 
 
 def _fresh_program(salt: float):

@@ -7,7 +7,7 @@ import symgrad.numpy as jnp
 
 import symgrad as sg
 from symgrad.compile import pieces
-from symgrad.compile.loops import LoopProgram
+from symgrad.compile.loop_program import LoopProgram
 
 RNG = np.random.default_rng(7)
 

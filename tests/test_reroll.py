@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.compile.loops import LoopProgram
+from symgrad.compile.loop_program import LoopProgram
 from symgrad.expr.reroll import MIN_TERMS, reroll
 
 RNG = np.random.default_rng(11)

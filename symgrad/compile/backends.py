@@ -1,6 +1,7 @@
-"""The backends of straight-line Programs: each turns one into ``Kernels`` (kernels.py, the
-interface), registered by name: numba (generated code), vm (one pre-compiled interpreter), python
-(the reference interpreter).
+"""The backends of straight-line Programs and of LoopPrograms: each turns one into ``Kernels``
+(kernels.py, the interface), registered by name. Programs: numba (generated code), vm (one
+pre-compiled interpreter), python (the reference interpreter). LoopPrograms: numba (the generated
+loops, loop_source.py) and python (the interpreter); their vm, the loop VM, registers in loop_vm.py.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from typing import Any
 
 import numpy as np
 from numba import types
+from numba.core.registry import CPUDispatcher as Dispatcher
 
 from symgrad.compile import cache, numba_backend, vm
 from symgrad.compile.kernels import SIGNATURES, Kernels, register
+from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import Program
 from symgrad.expr.interp import run
 from symgrad.expr.node import Expr
@@ -93,5 +96,91 @@ def python_kernels(program: Program, roots: list[Expr] | None) -> Kernels:
 
     def total(x, P, acc, lo, hi):
         acc[1 - program.returns_value:] = rows(evaluate(list(x), list(P[lo:hi].T)), hi - lo).sum(axis=0)
+
+    return Kernels("python", dict(point=point, batch=batch, total=total).__getitem__, program.__str__)
+
+
+@register("loops", "numba")
+def loop_numba_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
+    """Numba loop kernels for ``program`` (the loop VM's past ``$SYMGRAD_MAX_PROGRAMS``)."""
+    name = _loop_module_name(program)
+    if not cache.has_room(name):
+        cache.warn_once("loop programs", f"{cache.max_programs()} programs are compiled with Numba in this "
+                        "process (its machine code is never freed; $SYMGRAD_MAX_PROGRAMS): new rolled ones run "
+                        "on the loop VM")
+        return program.kernels("vm")
+    module = cache.load(name, program.source)
+
+    def kernel(variant: str) -> Any:
+        if not hasattr(module, "PIECES"):
+            if variant == "point" and not isinstance(module.point, Dispatcher):  # its workspace from Python
+                cache.typed(module, "kernel", _KERNEL)
+                return module.point
+            return cache.typed(module, variant, SIGNATURES[variant])
+        for piece in _compiled_functions(module):  # a split kernel: plain Python calling its pieces
+            cache.typed(module, piece, _PIECE)
+        return getattr(module, variant)
+
+    return Kernels("numba", functools.lru_cache(None)(kernel), program.source)
+
+
+_PIECE = (*(types.float64[::1],) * 5, types.int64[::1])
+_KERNEL = (types.float64[::1],) * 4
+
+
+def numba_on_disk(program: LoopProgram) -> bool:
+    """Whether Numba's machine code for ``program`` is in the disk cache (ready in a moment)."""
+    name = _loop_module_name(program)
+    if not cache.has_room(name) or not cache.indexed(name):  # (not loaded to find it is not there)
+        return False
+    module = cache.load(name, program.source)
+    return all(cache.on_disk(module, f) for f in _compiled_functions(module))
+
+
+def _compiled_functions(module: Any) -> list[str]:
+    if hasattr(module, "PIECES"):
+        return [f"piece{k}" for k in range(module.PIECES)]
+    return ["point"] if isinstance(module.point, Dispatcher) else ["kernel"]
+
+
+def _loop_module_name(program: LoopProgram) -> str:
+    return f"loops_{program.key}"
+
+
+@register("loops", "python")
+def loop_python_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
+    """The reference interpreter (NumPy, vectorised over each index) behind the kernel interface."""
+    order = topo_order(list(program.roots))
+
+    def values(x: np.ndarray, p: np.ndarray) -> list:
+        given = {}
+        for layout, vector in ((program.inputs, x), (program.params, p)):
+            for v, start, size in layout.blocks():
+                if v.op.name == "array":
+                    given[v.payload[0]] = vector[start:start + size].reshape(v.shape)
+                else:
+                    given[v.payload] = vector[start]
+        got = run(order, given, set(program.roots))
+        return [np.ravel(got[r]) for r in program.roots]
+
+    def point(x, p, out):
+        if len(x) != len(program.inputs) or len(p) != len(program.params) or len(out) != program.n_out:
+            raise ValueError("symgrad: wrong shape")
+        got = values(x, p)
+        if program.n_out:
+            out[:] = np.concatenate(got[program.returns_value:])
+        return float(got[0][0]) if program.returns_value else 0.0
+
+    def batch(X, P, V, OUT, lo, hi):
+        for r in range(lo, hi):
+            v = point(X[r], P[r if len(P) > 1 else 0], OUT[r])
+            if len(V):
+                V[r] = v
+
+    def total(x, P, acc, lo, hi):
+        acc[:], part = 0.0, np.empty(program.n_out)
+        for r in range(lo, hi):
+            acc[0] += point(x, P[r], part)
+            acc[1:] += part
 
     return Kernels("python", dict(point=point, batch=batch, total=total).__getitem__, program.__str__)

@@ -48,7 +48,7 @@ from numba.core.registry import CPUDispatcher
 # iterations each settle a compare, which guarded reads make (a gradient gathered from slices of a
 # parameter vector, inside a loop with a reduction: found in a scan's gradient). Peeling at most one
 # iteration never reaches it; one-dimensional loops run their guarded boundary iterations apart
-# (loops._partition), so LLVM has nothing to peel there.
+# (loop_ranges._partition), so LLVM has nothing to peel there.
 if llvmlite.binding.llvm_version_info >= (21,):
     llvmlite.binding.set_option("symgrad", "--unroll-peel-max-count=1")
 # LLVM vectorises no loop of a known trip count under 16: a layer of 14 units (GradBench's LSTM)

@@ -22,8 +22,9 @@ import numba
 import numpy as np
 
 from symgrad.compile import backends, loop_vm  # noqa: F401 (importing them registers their backends)
+from symgrad.compile.backends import numba_on_disk
 from symgrad.compile.kernels import REGISTRY, Kernels
-from symgrad.compile.loops import LoopProgram, numba_on_disk
+from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.lower import lower
 from symgrad.compile.program import Program
 from symgrad.expr.diff import grad

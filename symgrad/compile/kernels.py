@@ -1,6 +1,6 @@
-"""The backend interface, imported one way: programs (program.Program, loops.LoopProgram) look their
-backends up here, and backends (backends.py, loops.py, loop_vm.py) register here. It imports no
-other module of symgrad.compile.
+"""The backend interface, imported one way: programs (program.Program, loop_program.LoopProgram) look
+their backends up here, and backends (backends.py, loop_vm.py) register here. It imports no other
+module of symgrad.compile.
 
 Every backend gives the same three kernels: ``point(x, p, out) -> value``,
 ``batch(X, P, V, OUT, lo, hi)`` (rows ``lo:hi``) and ``total(x, P, acc, lo, hi)`` (the sum over

@@ -22,8 +22,11 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from symgrad.compile import cache, fastmath, loops, special, vm
+from symgrad.compile import cache, fastmath, special, vm
 from symgrad.compile.kernels import SIGNATURES, Kernels, register
+from symgrad.compile.loop_emitter import POWERS, SLOTS, _Emitter, _Region, folded, interleaved
+from symgrad.compile.loop_program import _ZERO, LoopProgram
+from symgrad.compile.loop_source import _FASTMATH
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import const
 from symgrad.expr.node import Expr, paused_gc
@@ -36,7 +39,7 @@ X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
 (CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, FOLD, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
  DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS, FOLDED) = range(1000, 1023)
 _KINDS = {"sum": 0, "max": 1, "min": 2}
-INTERLEAVED = 3  # a FOLD's kind: a sum into loops.SLOTS accumulators (see loops.interleaved), FOLDED after
+INTERLEAVED = 3  # a FOLD's kind: a sum into SLOTS accumulators (see loop_emitter.interleaved), FOLDED after
 
 _MEMORY = """if {0} == 0:
     M = x
@@ -68,8 +71,8 @@ _PSEUDO = [
     (FOLD, "v = rd[0]\n" + "".join(
         f"{'if' if k == 0 else 'elif'} b == {k}:\n    for j in range(L):\n"
         f"        v = {_COMBINE[k].format('v', 'ra[j]')}\n" for k in range(3)) + "if b < 3:\n    rd[:] = v\n"
-     f"else:\n    for j in range(L):\n        rd[(base + j) % {loops.SLOTS}] += ra[j]"),
-    (FOLDED, f"rd[:] = {loops.folded('rd')}"),
+     f"else:\n    for j in range(L):\n        rd[(base + j) % {SLOTS}] += ra[j]"),
+    (FOLDED, f"rd[:] = {folded('rd')}"),
     (LOOP, "counters[a] = 0\nif b <= 0:\n    pc = c"),
     (ENDLOOP, "counters[a] += 1\nif counters[a] < b:\n    pc = c"),
     (NEST, "base = 0\ntotal = a\nL = min(L0, total)\nif total <= 0:\n    pc = b"),
@@ -90,8 +93,8 @@ _PSEUDO = [
 
 # Rows calling the C library where the compiled loops do (LoopProgram.library): for each op whose
 # template calls fastmath functions, a variant for each set of them switched, as the loops switch them.
-_CALLS = {op.name: sorted(set(loops._FASTMATH.findall(op.numba))) for op in OPS.values()
-          if op.numba and loops._FASTMATH.search(op.numba)}
+_CALLS = {op.name: sorted(set(_FASTMATH.findall(op.numba))) for op in OPS.values()
+          if op.numba and _FASTMATH.search(op.numba)}
 _LIBRARY = {(name, frozenset(switched)): 1100 + k for k, (name, switched) in enumerate(
     (name, switched) for name, calls in _CALLS.items() for n in range(1, len(calls) + 1)
     for switched in itertools.combinations(calls, n))}
@@ -248,7 +251,7 @@ def variant(name: str) -> Any:
     return cache.typed(_module(), name, (code, ints, vec, vec, dims, *SIGNATURES[name]))
 
 
-class _Lanes(loops._Emitter):
+class _Lanes(_Emitter):
     """Values as VM rows in the regions of the loop emitter: a name is a register."""
 
     def __init__(self, buffers: dict, scalars: dict, library: frozenset = frozenset()) -> None:
@@ -261,17 +264,17 @@ class _Lanes(loops._Emitter):
         self.count += 1
         return self.count - 1
 
-    def _known(self, node: Expr, reg: loops._Region) -> int | None:
+    def _known(self, node: Expr, reg: _Region) -> int | None:
         return reg.loops.get(node) if node.op.name == "index" else reg.lookup(node)
 
-    def _emit(self, node: Expr, reg: loops._Region, home: loops._Region) -> int:
+    def _emit(self, node: Expr, reg: _Region, home: _Region) -> int:
         d, name = self.fresh(), node.op.name
         if name == "const":
             self.consts.append(float(node.payload))
             home.lines.append((CONST, d, len(self.consts) - 1, 0, 0, 0))
         elif name == "var":
             memory, offset = self.scalars[node]
-            home.lines.append((LOAD, d, memory, self.value(loops._ZERO, reg), offset, 0))
+            home.lines.append((LOAD, d, memory, self.value(_ZERO, reg), offset, 0))
         elif name == "pow" and node.args[1].op.name == "const" and node.args[1].payload in _POWERS:
             a = self._known(node.args[0], reg)
             for row in _POWERS[node.args[1].payload](d, a, self):
@@ -292,7 +295,7 @@ class _Lanes(loops._Emitter):
                 self.integers.add(node)
         return d
 
-    def address(self, shape: tuple, addresses: tuple, reg: loops._Region, home: loops._Region) -> int:
+    def address(self, shape: tuple, addresses: tuple, reg: _Region, home: _Region) -> int:
         """The register of the position of ``addresses`` in an array of ``shape`` raveled (C order),
         each clamped into the array where it can leave it (a guarded load's), computed in ``home``."""
         at, stride = None, 1
@@ -307,17 +310,17 @@ class _Lanes(loops._Emitter):
             stride *= n
         return at
 
-    def _row(self, home: loops._Region, op: int, a: int, b: int) -> int:
+    def _row(self, home: _Region, op: int, a: int, b: int) -> int:
         d = self.fresh()
         home.lines.append((op, d, a, b, 0, 0))
         return d
 
-    def _reduce(self, node: Expr, home: loops._Region, child: loops._Region, body: Expr, i: Expr) -> None:
+    def _reduce(self, node: Expr, home: _Region, child: _Region, body: Expr, i: Expr) -> None:
         value, acc, kind, size = self.value(body, child), self.fresh(), _KINDS[node.op.name], i.payload[1]
         home.lines.append((ACCINIT, acc, kind, 0, 0, 0))
         home.names[node] = acc
         if home.parent is None:  # at the top level: a nest, one iteration per lane, folded in order
-            kind = INTERLEAVED if loops.interleaved(node) else kind
+            kind = INTERLEAVED if interleaved(node) else kind
             home.lines.append(("nest", size, [(FLAT, child.loops[i], 1, size, 0, 0), *child.lines,
                                               (FOLD, acc, value, kind, 0, 0)]))
             if kind == INTERLEAVED:
@@ -339,14 +342,14 @@ def _cube(d: int, a: int, emitter: _Lanes) -> list:
 
 # Small constant powers as products (a pow call costs 20x a mul), as the compiled loops compute them.
 _POWERS = {2.0: _square, 3.0: _cube, 0.5: lambda d, a, emitter: [(OPS["sqrt"].code, d, a, 0, 0, 0)]}
-assert _POWERS.keys() == loops.POWERS.keys()
+assert _POWERS.keys() == POWERS.keys()
 
 
 @paused_gc()
-def lower(program: loops.LoopProgram) -> dict:
+def lower(program: LoopProgram) -> dict:
     """``program`` as VM arrays: ``code`` rows, ``ints`` (products' operands), ``consts``, ``tables``,
     ``dims`` (registers, loop counters, workspace floats, sizes of x, p and out)."""
-    outputs = list(program.roots) if program.returns_value else [loops._ZERO, *program.roots]
+    outputs = list(program.roots) if program.returns_value else [_ZERO, *program.roots]
     buffers: dict[Expr, tuple] = {}
     scalars: dict[Expr, tuple] = {}
     for memory, layout in ((X, program.inputs), (P, program.params)):
@@ -355,10 +358,10 @@ def lower(program: loops.LoopProgram) -> dict:
     planned = schedule(outputs)
     outputs = planned.outputs
     places, out_offsets, _ = slots(outputs)
-    lowering, top = _Lowering(buffers, scalars, out_offsets, program.library), loops._Region(None, frozenset(), {})
+    lowering, top = _Lowering(buffers, scalars, out_offsets, program.library), _Region(None, frozenset(), {})
     lowering.arrays(planned, top)
     emitter = lowering.emitter
-    zero = emitter.value(loops._ZERO, top)
+    zero = emitter.value(_ZERO, top)
     for r, start in places:
         size = math.prod(r.shape) if r.op.array_valued else 1
         if not r.op.array_valued:
@@ -397,7 +400,7 @@ class _Lowering:
                 self.take(math.prod(owner.shape))
         self.buffers[node] = self.buffers[owner]
 
-    def arrays(self, sched: Schedule, top: loops._Region) -> None:
+    def arrays(self, sched: Schedule, top: _Region) -> None:
         """The rows of the steps of ``sched``, filling its arrays."""
         buffers, emitter, ints = self.buffers, self.emitter, self.ints
         for t in (n for n in sched.order if n.op.name == "table" and n not in buffers):
@@ -422,7 +425,7 @@ class _Lowering:
             else:  # fill, add
                 _nest(list(step.nodes), emitter, top, along)
 
-    def scan(self, scan_step: Step, top: loops._Region) -> None:
+    def scan(self, scan_step: Step, top: _Region) -> None:
         """A loop over the steps: the carry before and each stacked input's row copied into the
         step's buffers, the step's rows, the carry after copied into its row (rows 1..n of the
         carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one)."""
@@ -435,7 +438,7 @@ class _Lowering:
         first = w + length * size if reverse else w
         top.lines.append((COPY, buffers[init][1], buffers[init][0], first, WORK, size))
         self.emitter.slots += 1
-        counter, body = self.emitter.slots, loops._Region(None, frozenset(), {})
+        counter, body = self.emitter.slots, _Region(None, frozenset(), {})
 
         def row(source: tuple, stride: int, destination: tuple, stride_to: int, n: int) -> None:
             self.ints += [*source, stride, *destination, stride_to, n, counter]
@@ -456,7 +459,7 @@ class _Lowering:
         top.lines.append(("loop", counter, length, body.lines))
 
 
-def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) -> None:
+def _nest(group: list[Expr], emitter: _Lanes, top: _Region, riders: list) -> None:
     """One nest filling tensors (at their flat position) or adding scatters (at their addresses),
     with the scalar reductions that ride along when it is one-dimensional."""
     first = group[0]
@@ -464,7 +467,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
     indices = tuple(emitter.fresh_index(i) for i in first.args[1 + k:])
     sizes = [i.payload[1] for i in indices]
     joining = riding(riders, group)
-    region = loops._Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})
+    region = _Region(top, frozenset(indices), {i: emitter.fresh() for i in indices})
     rows = [(FLAT, region.loops[i], math.prod(sizes[n + 1:]), sizes[n], 0, 0) for n, i in enumerate(indices)]
     flat = region.loops[indices[0]] if len(indices) == 1 else emitter.fresh()  # the position in the nest
     if len(indices) > 1:
@@ -477,7 +480,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
         if node.op.name in _KINDS:
             acc, kind = emitter.fresh(), _KINDS[node.op.name]
             top.lines.append((ACCINIT, acc, kind, 0, 0, 0))
-            region.lines.append((FOLD, acc, value, INTERLEAVED if loops.interleaved(node) else kind, 0, 0))
+            region.lines.append((FOLD, acc, value, INTERLEAVED if interleaved(node) else kind, 0, 0))
             top.names[node] = acc
         elif node.op.name == "tensor":
             region.lines.append((STORE, value, *emitter.buffers[node][:1], flat, emitter.buffers[node][1], 0))
@@ -487,7 +490,7 @@ def _nest(group: list[Expr], emitter: _Lanes, top: loops._Region, riders: list) 
             memory, offset = emitter.buffers[node]
             region.lines.append((ADDTO, value, memory, at, offset, 0))
     top.lines.append(("nest", math.prod(sizes), rows + region.lines))
-    top.lines += [(FOLDED, top.names[n], 0, 0, 0, 0) for n in group + joining if loops.interleaved(n)]
+    top.lines += [(FOLDED, top.names[n], 0, 0, 0, 0) for n in group + joining if interleaved(n)]
 
 
 def _dot_operands(node: Expr, buffers: dict) -> list[int]:
@@ -560,7 +563,7 @@ def at_hand() -> bool:
 
 
 @register("loops", "vm")
-def vm_kernels(program: loops.LoopProgram, roots: Any = None) -> Kernels:
+def vm_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     """The loop VM's kernels bound to ``program``'s arrays: nothing is compiled per program."""
     arrays = lower(program)
     parts = (arrays["code"], arrays["ints"], arrays["consts"], arrays["tables"], arrays["dims"])

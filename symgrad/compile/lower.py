@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compile.loops import LoopProgram
+from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program, _key, _label, _names
 from symgrad.expr import custom
 from symgrad.expr.node import Expr, float_bits, paused_gc

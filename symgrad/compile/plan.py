@@ -1,5 +1,5 @@
 """The plan: rolled outputs rewritten for loops, before they are scheduled (schedule.py) and emitted
-(loops.py, the compiled loops; loop_vm.py, the loop VM): what to materialise, which contractions
+(loop_source.py, the compiled loops; loop_vm.py, the loop VM): what to materialise, which contractions
 are BLAS products, which sums down columns add row by row. Both backends run the same plan.
 """
 

@@ -5,7 +5,7 @@ that tensor's), and the checker every schedule passes before any backend runs it
 Steps: "fill" (tensors over the same ranges in one loop nest), "zero" (a buffer scatters add into),
 "add" (scatters over the same ranges in one nest, adding at their addresses), "dot" (a BLAS
 product), "running" (running sums), "scan" (a loop over a scan's steps around its step's own
-schedule). The compiled loops (loops.py) and the loop VM (loop_vm.py) translate the same steps.
+schedule). The compiled loops (loop_source.py) and the loop VM (loop_vm.py) translate the same steps.
 """
 
 from __future__ import annotations
