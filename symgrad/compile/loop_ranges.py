@@ -6,10 +6,10 @@ range.
 
 from __future__ import annotations
 
-from symgrad.expr.build import apply, const
+from symgrad.expr.build import const
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import affine, index, substitute_indices, value_range
-from symgrad.expr.traverse import topo_order
+from symgrad.expr.traverse import rewrite, topo_order
 
 
 def _within(renamed: list, i: Expr, lo: int, hi: int) -> tuple[Expr, list] | None:
@@ -27,21 +27,19 @@ def _within(renamed: list, i: Expr, lo: int, hi: int) -> tuple[Expr, list] | Non
 
 def _decided(e: Expr) -> Expr:
     """``e`` with each comparison of index arithmetic whose sides' ranges settle it as 1 or 0."""
-    new: dict[Expr, Expr] = {}
-    for node in topo_order([e], _ARRAYS):  # (the arrays it reads are computed elsewhere, as they are)
-        args = tuple(new.get(a, a) for a in node.args)
-        if node.op.name in _ORDERINGS:
-            try:
-                (a_lo, a_hi), (b_lo, b_hi) = value_range(args[0]), value_range(args[1])
-            except (TypeError, OverflowError):  # (not index arithmetic)
-                a_lo = None
-            # an ordering of a and b is settled where it holds alike at a - b's extremes
-            if a_lo is not None and (value := node.op.impl(a_lo, b_hi)) == node.op.impl(a_hi, b_lo):
-                new[node] = const(float(value))
-                continue
-        if any(a is not b for a, b in zip(args, node.args)):
-            new[node] = apply(node.op, args, node.payload)
-    return new.get(e, e)
+    def settled(node: Expr, args: tuple) -> Expr | None:
+        if node.op.name not in _ORDERINGS:
+            return None
+        try:
+            (a_lo, a_hi), (b_lo, b_hi) = value_range(args[0]), value_range(args[1])
+        except (TypeError, OverflowError):  # (not index arithmetic)
+            return None
+        # an ordering of a and b is settled where it holds alike at a - b's extremes
+        if (value := node.op.impl(a_lo, b_hi)) == node.op.impl(a_hi, b_lo):
+            return const(float(value))
+        return None
+
+    return rewrite([e], settled, known=_ARRAYS).get(e, e)  # (the arrays it reads are computed elsewhere)
 
 
 def _index_form(a: Expr) -> tuple | None:
