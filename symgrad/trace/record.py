@@ -397,19 +397,19 @@ class Trace:
 
     def run(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
         """``__call__`` where the caller checked the guards."""
-        return self.assemble(self.compiled(*self._vectors(args, kwargs, extra)))
+        return self.assemble(self.compiled(*self.vectors(args, kwargs, extra)))
 
     def run_many(self, args: tuple, kwargs: dict, extras: list) -> list:
         """``run`` at each of ``extras`` (tangents, vectors or cotangents) for the same arguments: one
         batched kernel call, its rows in parallel (a sparse Jacobian's products, a colour each)."""
-        vectors = [self._vectors(args, kwargs, extra) for extra in extras]
+        vectors = [self.vectors(args, kwargs, extra) for extra in extras]
         if not vectors:
             return []
         x = vectors[0][0]
         got = self.compiled.batch(np.broadcast_to(x, (len(vectors), x.size)), np.stack([p for _, p in vectors]))
         return [self.assemble(row) for row in (zip(*got) if isinstance(got, tuple) else got)]
 
-    def _vectors(self, args: tuple, kwargs: dict, extra: Any) -> tuple[np.ndarray, np.ndarray]:
+    def vectors(self, args: tuple, kwargs: dict, extra: Any) -> tuple[np.ndarray, np.ndarray]:
         """The compiled function's inputs and parameters for these arguments."""
         if self._single:
             key = self.wrt_keys[0]

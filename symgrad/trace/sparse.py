@@ -20,10 +20,19 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
+from symgrad.compile.function import compile
 from symgrad.compile.sparse_loops import Assembly, colour_columns
+from symgrad.expr import diff as symbolic
+from symgrad.expr import rolled
+from symgrad.expr.build import Var
+from symgrad.expr.custom import plain
 from symgrad.expr.node import Expr
+from symgrad.expr.rolled import tensor
 from symgrad.expr.sparsity import band_entries, bands, index_values, rolled_pattern
-from symgrad.expr.traverse import topo_order
+from symgrad.expr.traverse import object_array, topo_order
+from symgrad.trace.errors import traced
+from symgrad.trace.record import Trace
+from symgrad.trace.signature import tangent_of
 from symgrad.util import pytree
 
 DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
@@ -31,8 +40,9 @@ DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a re
 
 class RolledSparse:
     """The sparse Jacobian or Hessian of ``owner``'s function (an ``sg.jacobian`` / ``sg.hessian`` with
-    ``sparse=True``) at arguments of one signature: the pattern and colours found once, each call one
-    product per colour.
+    ``sparse=True``) at arguments of one signature: the function traced once, rolled (its gradient with
+    it, for a Hessian); the pattern, colours and product kernels made from that trace's formulas; each
+    call one product per colour.
 
     >>> import numpy as np, symgrad as sg
     >>> h = sg.hessian(lambda x: np.sum(x[:-1] * x[1:] ** 2), sparse=True)
@@ -42,60 +52,61 @@ class RolledSparse:
     """
 
     def __init__(self, owner: Any, args: tuple, kwargs: dict) -> None:
-        Function = type(owner)  # (sg.jit / sg.grad / ... of the same function)
-        options = dict(static_argnums=tuple(owner.static_argnums), static_argnames=tuple(owner.static_argnames),
-                       backend=owner.backend)
-        self.argnum, hessian = owner.argnums_spec, owner.transform == "hessian"
-        traced = Function(owner.fn, "grad", argnums=self.argnum, **options) if hessian else \
-            Function(owner.fn, "jit", **options)
-        traced._fallback = False  # (rolled, or the element path's)
-        result = traced(*args, **kwargs)
-        program = traced.compiled.program
-        if not hasattr(program, "roots"):
-            raise NotImplementedError("no rolled form")
-        inputs = list(program.inputs.exprs)
-        wrt = 0 if hessian else len(pytree.flatten(args[:self.argnum])[0])  # (jit's inputs: every leaf)
+        self.argnum, self.hessian = owner.argnums_spec, owner.transform == "hessian"
+        # The one trace: of the gradient (a Hessian's rows) or of the function itself (a Jacobian's).
+        how = type(owner)(owner.fn, "grad" if self.hessian else "jit", argnums=self.argnum,
+                          static_argnums=tuple(owner.static_argnums), static_argnames=tuple(owner.static_argnames),
+                          backend=owner.backend)
+        self.trace = trace = traced(lambda: Trace(how, args, kwargs, indexed=True))
+        roots = plain(list(trace.derivatives if self.hessian else trace.flat))
+        inputs = trace.inputs
+        wrt = 0 if self.hessian else len(pytree.flatten(args[:self.argnum])[0])  # (jit's inputs: every leaf)
         vector = wrt < len(inputs) and inputs[wrt].op.name == "array" and \
             int(np.prod(inputs[wrt].shape)) == np.size(args[self.argnum])
-        self.formula = (list(program.roots), inputs[wrt] if vector else None)
-        self.hessian, self.out_shape, trace = hessian, np.shape(result), traced._last
-        self.direct = _Direct.made(trace, *self.formula, hessian, owner.backend) \
-            if len(program.roots) == 1 and vector and not trace.guards else None
+        self.formula, self.roots = (roots, inputs[wrt] if vector else None), roots
+        self.backend, self.out_shape = owner.backend, [shape for _, shape in trace.outputs]
+        self.direct = _Direct.made(trace, *self.formula, self.hessian, owner.backend) \
+            if len(roots) == 1 and vector and not trace.guards else None
         if self.direct is not None:  # (its pattern: where its formulas are read)
             self.pattern = self.direct.pattern
             return
-        pattern = rolled_pattern(list(program.roots), inputs)
+        pattern = rolled_pattern(roots, inputs)
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
-        self.pattern = (pattern + pattern.T).tocsr() if hessian else pattern.tocsr()
+        self.pattern = (pattern + pattern.T).tocsr() if self.hessian else pattern.tocsr()
         self.pattern.sort_indices()
-        self._coloured(owner, args, result, options)
+        self._coloured(inputs[wrt], np.shape(args[self.argnum]))
 
-    def _coloured(self, owner: Any, args: tuple, result: Any, options: dict) -> None:
-        """The colours and the products that give the entries where their formulas are not bands."""
-        Function = type(owner)  # (sg.jit / sg.grad / ... of the same function)
+    def _coloured(self, x: Expr, shape: tuple) -> None:
+        """The colours, and the kernels of the products that give the entries where their formulas are not
+        bands: the derivative along a seed (forward mode: a Hessian-vector product of the traced gradient, a
+        Jacobian-vector product of the traced outputs), and a reverse sweep for each dense Jacobian row."""
         counts = np.diff(self.pattern.indptr)
-        dense = np.zeros(counts.size, dtype=bool) if self.hessian or not isinstance(result, np.ndarray) else \
+        dense = np.zeros(counts.size, dtype=bool) if self.hessian or self.out_shape == [()] else \
             counts > max(DENSE_ROW, 16 * np.median(counts, overwrite_input=False) if counts.size else 0)
         self.dense_rows = np.flatnonzero(dense)
         self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
                                      if dense.any() else self.pattern)
         self.colours = int(self.colour.max(initial=-1)) + 1
-        shape = np.shape(args[self.argnum])
-        self.seeds = [(self.colour == k).astype(float).reshape(shape) for k in range(self.colours)]
+        self.seeds = np.stack([(self.colour == k).astype(float) for k in range(self.colours)]) \
+            if self.colours else np.zeros((0, self.colour.size))
         rows = np.repeat(np.arange(self.pattern.shape[0]), np.diff(self.pattern.indptr))
         self.at = self.colour[self.pattern.indices] * self.pattern.shape[0] + rows  # (in the products, raveled)
-        self.product = Function(owner.fn, "hvp", argnums=self.argnum, **options) if self.hessian else \
-            Function(owner.fn, "jvp", **options)
-        self.product._fallback = False
-        self.reverse = Function(owner.fn, "vjp", **options) if dense.any() else None
+        t, seed = self.trace, tangent_of(x)
+        self.product = compile(object_array(symbolic.jvp(self.roots, [x], [seed])).reshape(-1), t.inputs,
+                               [*t.params, *t.constants, seed], self.backend) if self.colours else None
+        self.reverse = None
+        if dense.any():  # (a row of all the columns: one reverse sweep, not a colour a column)
+            cts = [rolled.array(f"ct{k}", r.shape) if r.op.array_valued else Var(f"ct{k}")
+                   for k, r in enumerate(self.roots)]
+            total = sum(np.sum(ct * r) if r.op.array_valued else ct * r for ct, r in zip(cts, self.roots))
+            self.reverse = compile(symbolic.grad(total, [x]), t.inputs, [*t.params, *t.constants, *cts],
+                                   self.backend)
 
     def ready(self) -> RolledSparse:
         """Wait until the kernels computing the entries run compiled by Numba (they start on the loop VM)."""
-        if self.direct is not None:
-            if self.direct.compiled is not None:
-                self.direct.compiled.ready()
-        elif self.product._last is not None:
-            self.product.compiled.ready()
+        kernel = self.direct.compiled if self.direct is not None else self.product
+        if kernel is not None:
+            kernel.ready()
         return self
 
     def explain(self) -> str:
@@ -104,7 +115,7 @@ class RolledSparse:
         >>> import numpy as np, symgrad as sg
         >>> h = sg.hessian(lambda x: np.sum(x[:-1] * x[1:] ** 2), sparse=True)
         >>> _ = h(np.ones(4000))
-        >>> print(next(iter(h._sparse_rolled.values())).explain())
+        >>> print(h.explain().splitlines()[-1].strip())
         rolled sparse Hessian (4000, 4000), 11997 nonzeros: 3 band formulas at every row, one kernel
         """
         kind = "Hessian" if self.hessian else "Jacobian"
@@ -123,15 +134,12 @@ class RolledSparse:
             raise NotImplementedError("bands: the derivative of one rolled vector with respect to one vector")
         return bands(roots[0], x, "H" if self.hessian else "J")
 
-    def _products(self, args: tuple, kwargs: dict) -> np.ndarray:
-        """The matrix times each colour's seed: one batched kernel call, a row each."""
-        if not self.seeds:
-            return np.zeros((0, self.pattern.shape[0]))
-        if self.hessian:
-            return np.stack([np.ravel(v) for v in self.product.call_many(args, kwargs, self.seeds)])
-        zeros = [np.zeros_like(a, dtype=float) for a in args]
-        tangents = [(*zeros[:self.argnum], seed, *zeros[self.argnum + 1:]) for seed in self.seeds]
-        return np.stack([np.ravel(t) for _, t in self.product.call_many(args, kwargs, tangents)])
+    def _rows(self, kernel: Any, args: tuple, kwargs: dict, vectors: np.ndarray) -> np.ndarray:
+        """``kernel`` at these arguments with each of ``vectors`` (seeds, cotangents) after the parameters:
+        one batched call, its rows in parallel."""
+        x, p = self.trace.vectors(args, kwargs, None)
+        n = len(vectors)
+        return kernel.batch(np.broadcast_to(x, (n, x.size)), np.hstack([np.broadcast_to(p, (n, p.size)), vectors]))
 
     def __call__(self, args: tuple, kwargs: dict) -> scipy.sparse.csr_matrix:
         data = self.direct(args, kwargs) if self.direct is not None else self._coloured_data(args, kwargs)
@@ -140,13 +148,15 @@ class RolledSparse:
                                        shape=self.pattern.shape)
 
     def _coloured_data(self, args: tuple, kwargs: dict) -> np.ndarray:
-        data = np.take(self._products(args, kwargs), self.at)
-        for r in self.dense_rows:  # (a row of all the columns: one reverse sweep, not a colour a column)
-            cotangent = np.zeros(self.pattern.shape[0])
-            cotangent[r] = 1.0
-            row = np.ravel(self.reverse.call(args, kwargs, cotangent.reshape(self.out_shape))[1][self.argnum])
-            lo, hi = self.pattern.indptr[r], self.pattern.indptr[r + 1]
-            data[lo:hi] = row[self.pattern.indices[lo:hi]]
+        products = self._rows(self.product, args, kwargs, self.seeds) if self.colours else \
+            np.zeros((0, self.pattern.shape[0]))
+        data = np.take(products, self.at)
+        if len(self.dense_rows):
+            units = np.zeros((len(self.dense_rows), self.pattern.shape[0]))
+            units[np.arange(len(self.dense_rows)), self.dense_rows] = 1.0
+            for r, row in zip(self.dense_rows, self._rows(self.reverse, args, kwargs, units)):
+                lo, hi = self.pattern.indptr[r], self.pattern.indptr[r + 1]
+                data[lo:hi] = row[self.pattern.indices[lo:hi]]
         return data
 
 
@@ -157,9 +167,6 @@ class _Direct:
     colours' products each computed it again: 14 for a bundle adjustment)."""
 
     def __init__(self, trace: Any, entries: list, root: Expr, columns: int, symmetric: bool, backend: str) -> None:
-        from symgrad.compile.function import compile
-        from symgrad.expr.rolled import tensor
-
         i, rows = root.args[1], root.shape[0]
         at, takes = [], []
         for k, (address, _, live) in enumerate(entries):
@@ -196,7 +203,7 @@ class _Direct:
     def __call__(self, args: tuple, kwargs: dict) -> np.ndarray:
         if self.compiled is None:  # (no entry reads the vector: all zero)
             return np.zeros(self.nnz)
-        return self.assembly(np.ravel(self.compiled(*self.trace._vectors(args, kwargs, None))))
+        return self.assembly(np.ravel(self.compiled(*self.trace.vectors(args, kwargs, None))))
 
 
 DIRECT_MAX = 20_000  # nodes of the entries' formulas, past which each call is colour products instead
