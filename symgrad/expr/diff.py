@@ -9,11 +9,12 @@ partials come from the op table; hash-consing shares every node it can.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from symgrad.expr import custom, ops, rolled, scans
+from symgrad.expr import custom, ops, rolled
 from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
@@ -139,7 +140,7 @@ class _Masks:
     step may never read, or read into a carry a later step drops) masks nothing."""
 
     def __init__(self, order: list[Expr]) -> None:
-        self.masking = any(n.op.name in ("where", "table", "scan") for n in order)
+        self.masking = any(n.op.name in MASKING for n in order)
         self.masked: set[Expr] = set()  # nodes whose adjoint came through a where's branch or an array
         self.finite: dict[Expr, bool] = {}
 
@@ -261,35 +262,57 @@ def _accumulate(adj: dict, arg: Expr, contrib: Expr, scope: frozenset) -> None:
 
 def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
                    active: set) -> None:
-    """An input array's adjoint is a tensor over fresh indices; a tensor's goes to its body at its
-    indices, a scatter's to its body at its addresses (tables are constants: nothing); running
-    sums hand their array the reversed running sums of theirs, read at every element; a scan
-    its arguments what a scan the other way gives (scans.vjp)."""
-    if node.op.name == "array":
-        if sites:
-            adj[node] = rolled.gather_adjoint(node, sites, outer, tidied)
-    elif sites and node.op.name == "tensor":
-        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:], outer, tidied),
-                    frozenset(node.args[1:]))
-    elif sites and node.op.name == "scatter":  # its body at I went to position address(I)
-        k = node.payload[1]
-        _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer, tidied),
-                    frozenset(node.args[1 + k:]))
-    elif sites and node.op.name == "cumsum":  # over a Jacobian's rows too: those are leading axes
-        at, (axis, reverse) = rolled.fresh_indices(node), node.payload
-        back = rolled.cumsum(rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at),
-                             axis + len(outer), not reverse)
-        every = rolled.fresh_indices(node)
-        all_sites.setdefault(node.args[0], []).append((apply(ops.load, (node.args[0], *every)),
-                                                       apply(ops.load, (back, *outer, *every))))
-    elif sites and node.op.name == "scan":  # over a Jacobian's rows too: those are leading axes
-        at = rolled.fresh_indices(node)
-        back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at)
-        for arg, bar in zip(node.args, scans.vjp(node, back, [a in active for a in node.args], grad, outer)):
-            if bar is not None:
-                every = rolled.fresh_indices(arg)
-                site = (apply(ops.load, (arg, *every)), apply(ops.load, (bar, *outer, *every)))
-                all_sites.setdefault(arg, []).append(site)
+    """An array-valued node's adjoint, from the sites that read it, by its op's row of ``ADJOINTS`` (an op
+    with no row, a table: constants, nothing)."""
+    rule = ADJOINTS.get(node.op.name)
+    if rule is not None and sites:
+        rule(node, sites, adj, outer, tidied, all_sites, active)
+
+
+def _input_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
+                   active: set) -> None:
+    """An input array's adjoint is a tensor over fresh indices, the sites' adjoints gathered into it."""
+    adj[node] = rolled.gather_adjoint(node, sites, outer, tidied)
+
+
+def _tensor_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
+                    active: set) -> None:
+    """A tensor's adjoint goes to its body at its indices."""
+    _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:], outer, tidied),
+                frozenset(node.args[1:]))
+
+
+def _scatter_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
+                     active: set) -> None:
+    """A scatter's adjoint goes to its body at its addresses: its body at I went to position address(I)."""
+    k = node.payload[1]
+    _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer, tidied),
+                frozenset(node.args[1 + k:]))
+
+
+def _cumsum_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
+                    active: set) -> None:
+    """Running sums hand their array the reversed running sums of theirs, read at every element (over a
+    Jacobian's rows too: those are leading axes)."""
+    at, (axis, reverse) = rolled.fresh_indices(node), node.payload
+    back = rolled.cumsum(rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at),
+                         axis + len(outer), not reverse)
+    every = rolled.fresh_indices(node)
+    all_sites.setdefault(node.args[0], []).append((apply(ops.load, (node.args[0], *every)),
+                                                   apply(ops.load, (back, *outer, *every))))
+
+
+# The ops through which an adjoint may come masked (see _Masks); modules defining such an op add its name.
+MASKING = {"where", "table"}
+# Reverse mode of the array-valued ops, by name: (node, the sites reading it, the adjoints, a Jacobian's
+# row indices, the tidy memo, every array's sites, the active nodes) -> None. A row gives the node's
+# arguments their adjoints (as adjoints of scalars, or as more sites of an array). Modules defining an
+# op add its row here (scans.py: scan), as they do their batching rule (batching.RULES).
+ADJOINTS: dict[str, Callable] = {"array": _input_adjoint, "tensor": _tensor_adjoint, "scatter": _scatter_adjoint,
+                                 "cumsum": _cumsum_adjoint}
+# Forward mode of array-valued ops that are not linear in their first argument, by name: (node, the
+# tangents so far) -> None, setting the node's tangent if any of its arguments has one (scans.py: scan).
+TANGENTS: dict[str, Callable] = {}
 
 
 def _tie_share(node: Expr, body: Expr, indices: tuple) -> Expr:
@@ -459,10 +482,9 @@ def _tangent(node: Expr, tangent: dict[Expr, Expr], trees: _Trees) -> None:
     """The tangent of ``node`` from its arguments' (none if they have none). Rolled nodes are
     linear in their first argument: the same node over its tangent (a load from the tangent
     array; a reduction, tensor or scatter of the body's tangent); max / min weight it by ties."""
-    if node.op.name == "scan":
-        tangents = [tangent.get(a) for a in node.args]
-        if any(t is not None for t in tangents):
-            tangent[node] = scans.jvp(node, tangents, jvp)
+    rule = TANGENTS.get(node.op.name)
+    if rule is not None:
+        rule(node, tangent)
         return
     if node.op.kind == "rolled":
         t = tangent.get(node.args[0]) if node.args else None

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import batching, functions, ndarrays, ops, rolled, tracing
+from symgrad.expr import batching, diff, functions, ndarrays, ops, rolled, tracing
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, Name, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
@@ -559,3 +559,28 @@ def _batched(node: Expr, args: tuple, lifted: list, b: Expr) -> tuple[Expr, int]
 
 
 batching.RULES["scan"] = _batched
+
+
+def _adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
+             active: set) -> None:
+    """Reverse mode of a scan (``diff.ADJOINTS``): its arguments get what a scan the other way gives (``vjp``),
+    read at every element (over a Jacobian's rows too: those are leading axes)."""
+    at = rolled.fresh_indices(node)
+    back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at)
+    for arg, bar in zip(node.args, vjp(node, back, [a in active for a in node.args], diff.grad, outer)):
+        if bar is not None:
+            every = rolled.fresh_indices(arg)
+            site = (apply(ops.load, (arg, *every)), apply(ops.load, (bar, *outer, *every)))
+            all_sites.setdefault(arg, []).append(site)
+
+
+def _tangent(node: Expr, tangent: dict) -> None:
+    """Forward mode of a scan (``diff.TANGENTS``): a scan carrying the tangent (``jvp``)."""
+    tangents = [tangent.get(a) for a in node.args]
+    if any(t is not None for t in tangents):
+        tangent[node] = jvp(node, tangents, diff.jvp)
+
+
+diff.ADJOINTS["scan"] = _adjoint
+diff.TANGENTS["scan"] = _tangent
+diff.MASKING.add("scan")  # (a step may never read some rows, or read them into a carry a later step drops)
