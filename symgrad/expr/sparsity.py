@@ -10,6 +10,7 @@ Hessian of any size takes three sweeps over the gradient's graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,35 +185,56 @@ def rolled_pattern(outputs: list[Expr], inputs: list[Expr]) -> scipy.sparse.csr_
     for node in topo_order(outputs):
         if node in deps or not node.op.array_valued:
             continue
-        name = node.op.name
-        if name in ("array", "table"):
-            deps[node] = scipy.sparse.csr_matrix((int(np.prod(node.shape)), n), dtype=bool)
-        elif name == "tensor":
-            deps[node] = _body_deps(node.args[0], node.args[1:], deps, n)
-        elif name == "scatter":
-            shape, k = node.payload
-            over = node.args[1 + k:]
-            grid = _Grid(over)
-            at = np.ravel_multi_index(tuple(np.broadcast_to(_indexed(a, grid), grid.shape).ravel()
-                                            for a in node.args[1:1 + k]), shape)
-            spread = scipy.sparse.csr_matrix((np.ones(at.size, dtype=bool), (at, np.arange(at.size))),
-                                             shape=(int(np.prod(shape)), at.size))
-            deps[node] = _bool(spread @ _body_deps(node.args[0], over, deps, n))
-        elif name == "cumsum":  # each element: those before it along the axis (after, reversed)
-            (axis, reverse), shape = node.payload, node.shape
-            before = scipy.sparse.tril(np.ones((shape[axis],) * 2, dtype=bool))
-            outer, inner = (scipy.sparse.identity(int(np.prod(part)), dtype=bool)
-                            for part in (shape[:axis], shape[axis + 1:]))
-            chain = scipy.sparse.kron(scipy.sparse.kron(outer, before.T if reverse else before), inner)
-            deps[node] = _bool(chain @ deps[node.args[0]])
-        elif name == "scan":  # (every carry on everything the scan reads: no finer pattern yet)
-            read = _bool(sum((scipy.sparse.csr_matrix(deps[a].sum(axis=0) > 0) for a in node.args),
-                             scipy.sparse.csr_matrix((1, n), dtype=bool)))
-            deps[node] = _bool(scipy.sparse.csr_matrix(np.ones((int(np.prod(node.shape)), 1), dtype=bool)) @ read)
-        else:
-            raise NotImplementedError(f"the sparsity of {name} arrays (rolled) is not found yet")
+        rule = PATTERNS.get(node.op.name)
+        if rule is None:
+            raise NotImplementedError(f"the sparsity of {node.op.name} arrays (rolled) is not found yet")
+        deps[node] = rule(node, deps, n)
     rows = [deps[o] if o.op.array_valued else _body_deps(o, (), deps, n) for o in outputs]
     return scipy.sparse.vstack(rows, format="csr") if rows else scipy.sparse.csr_matrix((0, n), dtype=bool)
+
+
+def _constant_deps(node: Expr, deps: dict, n: int) -> scipy.sparse.csr_matrix:
+    """An array no input reaches (a table, an input not among ``inputs``)."""
+    import scipy.sparse
+
+    return scipy.sparse.csr_matrix((int(np.prod(node.shape)), n), dtype=bool)
+
+
+def _tensor_deps(node: Expr, deps: dict, n: int) -> scipy.sparse.csr_matrix:
+    return _body_deps(node.args[0], node.args[1:], deps, n)
+
+
+def _scatter_deps(node: Expr, deps: dict, n: int) -> scipy.sparse.csr_matrix:
+    """Each element: the body's dependencies at the positions its addresses send there."""
+    import scipy.sparse
+
+    shape, k = node.payload
+    over = node.args[1 + k:]
+    grid = _Grid(over)
+    at = np.ravel_multi_index(tuple(np.broadcast_to(_indexed(a, grid), grid.shape).ravel()
+                                    for a in node.args[1:1 + k]), shape)
+    spread = scipy.sparse.csr_matrix((np.ones(at.size, dtype=bool), (at, np.arange(at.size))),
+                                     shape=(int(np.prod(shape)), at.size))
+    return as_bool(spread @ _body_deps(node.args[0], over, deps, n))
+
+
+def _cumsum_deps(node: Expr, deps: dict, n: int) -> scipy.sparse.csr_matrix:
+    """Each element: those before it along the axis (after, reversed)."""
+    import scipy.sparse
+
+    (axis, reverse), shape = node.payload, node.shape
+    before = scipy.sparse.tril(np.ones((shape[axis],) * 2, dtype=bool))
+    outer, inner = (scipy.sparse.identity(int(np.prod(part)), dtype=bool)
+                    for part in (shape[:axis], shape[axis + 1:]))
+    chain = scipy.sparse.kron(scipy.sparse.kron(outer, before.T if reverse else before), inner)
+    return as_bool(chain @ deps[node.args[0]])
+
+
+# The dependencies of each element of an array-valued node on the inputs' elements, by op name:
+# (node, the dependencies of the arrays it reads, the number of input elements) -> a boolean sparse
+# matrix, a row per element (C order). Modules defining an op add its row (scans.py: scan).
+PATTERNS: dict[str, Callable] = {"array": _constant_deps, "table": _constant_deps, "tensor": _tensor_deps,
+                                 "scatter": _scatter_deps, "cumsum": _cumsum_deps}
 
 
 class _Grid:
@@ -286,7 +308,7 @@ def _body_deps(body: Expr, own: tuple, deps: dict, n: int) -> scipy.sparse.csr_m
         pick = scipy.sparse.csr_matrix((np.ones(flat.size, dtype=bool), (rows[taken], flat)),
                                        shape=(found.shape[0], int(np.prod(source.shape))))
         found = found + pick @ deps[source]
-    return _bool(found)
+    return as_bool(found)
 
 
 _COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
@@ -341,7 +363,12 @@ def _differentiable_leaves(body: Expr) -> list[tuple[Expr, tuple]]:
     return leaves
 
 
-def _bool(m: scipy.sparse.spmatrix) -> scipy.sparse.csr_matrix:
+def as_bool(m: scipy.sparse.spmatrix) -> scipy.sparse.csr_matrix:
+    """``m`` as a boolean CSR matrix without explicit zeros.
+
+    >>> as_bool(np.array([[0.0, 2.0], [0.0, 0.0]])).nnz
+    1
+    """
     import scipy.sparse  # (here: importing SciPy's sparse costs 70 ms at symgrad's import)
 
     m = scipy.sparse.csr_matrix(m, dtype=bool)
