@@ -18,11 +18,6 @@ from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
 from symgrad.expr.traverse import topo_order
 
-# Ops with a rule of their own (filled by the modules defining them: scans): (node, its arguments
-# rebuilt, each argument's (batch, axis) or None, b) -> (the node over the batch, its batch axis),
-# or None where nothing it reads varies over the batch.
-RULES: dict[str, Callable] = {}
-
 
 def batch(roots: list[Expr], mapped: dict[Expr, tuple[Expr, int]], b: Expr) -> list[tuple[Expr, int | None]]:
     """Each root for the whole batch: (expression, axis of the batch in it, or None if it does not vary).
@@ -51,26 +46,15 @@ def batch(roots: list[Expr], mapped: dict[Expr, tuple[Expr, int]], b: Expr) -> l
         if out is not None:
             lifted[node] = out
             continue
-        for a in node.args[1:] if node.op.name in ("load", "cumsum") else node.args:
+        for a in node.args[1:] if node.op.name == "load" else node.args:
             if a in lifted:
                 raise TypeError(f"vmap: the batched array {a} is used whole by {node.op.name}; "
                                 "only its elements can be read")
-        name = node.op.name
-        if name == "load" and node.args[0] in lifted:
+        if node.op.name == "load" and node.args[0] in lifted:  # the rewrite itself: x[j] -> X[b, j]
             whole, axis = lifted[node.args[0]]
             address = list(args[1:])
             address.insert(axis, b)
             new[node] = apply(ops.load, (whole, *address), node.payload)
-        elif name == "cumsum" and node.args[0] in lifted:  # along the same axis of each example
-            whole, axis = lifted[node.args[0]]
-            along, reverse = node.payload
-            lifted[node] = (rolled.cumsum(whole, along + (axis <= along), reverse), axis)
-        elif name == "tensor" and b in args[0].free:
-            lifted[node] = (rolled.tensor(args[0], b, *args[1:]), 0)
-        elif name == "scatter" and any(b in a.free for a in args):
-            shape, n = node.payload
-            lifted[node] = (rolled.scatter(args[0], (b, *args[1:1 + n]), (b, *args[1 + n:]),
-                                           (b.payload[1], *shape)), 0)
         elif any(x is not y for x, y in zip(args, node.args)):
             new[node] = apply(node.op, args, node.payload)
     return [_root(new.get(r, r), lifted.get(r), b) for r in roots]
@@ -106,3 +90,31 @@ def place(e: Expr, axis: int | None, out_axis: int, size: int) -> Expr:
         inner.insert(axis, b)
     body = rolled.subscript(e, tuple(inner)) if e.op.array_valued else e
     return rolled.tensor(body, *out)
+
+
+def _cumsum(node: Expr, args: tuple, lifted: list, b: Expr) -> tuple[Expr, int] | None:
+    """Running sums of a batched array: along the same axis of each example."""
+    if lifted[0] is None:
+        return None
+    whole, axis = lifted[0]
+    along, reverse = node.payload
+    return rolled.cumsum(whole, along + (axis <= along), reverse), axis
+
+
+def _tensor(node: Expr, args: tuple, lifted: list, b: Expr) -> tuple[Expr, int] | None:
+    """A tensor whose body came to vary over the batch: the batch its leading axis."""
+    return (rolled.tensor(args[0], b, *args[1:]), 0) if b in args[0].free else None
+
+
+def _scatter(node: Expr, args: tuple, lifted: list, b: Expr) -> tuple[Expr, int] | None:
+    """A scatter whose body or addresses came to vary over the batch: the batch its leading axis."""
+    if not any(b in a.free for a in args):
+        return None
+    shape, n = node.payload
+    return rolled.scatter(args[0], (b, *args[1:1 + n]), (b, *args[1 + n:]), (b.payload[1], *shape)), 0
+
+
+# The batching rules of array-valued ops, by name: (node, its arguments rebuilt, each argument's (batch, axis)
+# or None, b) -> (the node over the batch, its batch axis), or None where nothing it reads varies over the
+# batch. Modules defining an op add its row (scans.py: scan).
+RULES: dict[str, Callable] = {"cumsum": _cumsum, "tensor": _tensor, "scatter": _scatter}
