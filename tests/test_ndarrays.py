@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.expr import ndarrays, tracing
+from symgrad.expr import reshaping, tracing
 from symgrad.trace import api, limits
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -668,7 +668,7 @@ def test_a_concatenation_of_many_computed_parts_reads_them_and_differentiates_al
 
     rng = np.random.default_rng(7)
     x, w = rng.normal(size=80), rng.normal(size=39 + 39 + 3 + 1 + 1 + 5)
-    assert ndarrays.INLINED_PARTS < 10
+    assert reshaping.INLINED_PARTS < 10
     want = sg.value_and_grad(f, backend="python")(x, w)
     for backend in ("vm", "numba"):
         got = sg.value_and_grad(f, backend=backend)(x, w)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import linalg, ndarrays, ops, tracing
+from symgrad.expr import linalg, ops, reductions, tracing
 from symgrad.expr.functions import FUNCS, UFUNCS, SymArray, rint, wrap
 from symgrad.expr.node import Expr, TracingError
 
@@ -281,7 +281,7 @@ def _gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> A
 
 
 def _roots(v: Any) -> Any:
-    return wrap(np.frompyfunc(ndarrays.root_of_squares, 1, 1)(np.asarray(v, dtype=object)))
+    return wrap(np.frompyfunc(reductions.root_of_squares, 1, 1)(np.asarray(v, dtype=object)))
 
 
 def _norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:

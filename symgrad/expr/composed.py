@@ -1,7 +1,7 @@
 """NumPy functions on rolled arrays written with the rolled primitives (gathers by constant index
 tables, slices, reductions, concatenation, scans): shapes and copies, flips and rolls, differences,
 tiles and repeats, triangles and traces, cumulative products and extrema. Each is NumPy's function
-(same arguments, same result); each registers itself in ``ndarrays.FUNCTIONS``.
+(same arguments, same result); each registers itself in ``dispatch.FUNCTIONS``.
 
 >>> import numpy as np, symgrad as sg
 >>> x = sg.array("x", 4)
@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import ndarrays, ops, updates
+from symgrad.expr import dispatch, ndarrays, ops, updates
 from symgrad.expr.build import apply
+from symgrad.expr.dispatch import FUNCTIONS
 from symgrad.expr.functions import rint
-from symgrad.expr.ndarrays import FUNCTIONS, concatenate, getitem, is_array, moveaxis, operand, reshape
+from symgrad.expr.ndarrays import getitem, is_array, operand, reshape
 from symgrad.expr.node import Expr, TracingError
+from symgrad.expr.reshaping import concatenate, moveaxis
 
 
 def _axis(axis: Any, ndim: int) -> int:
@@ -236,5 +238,5 @@ FUNCTIONS.update({
     np.kron: kron, np.round: _round, np.around: _round,
     np.cumprod: lambda a, axis=None, dtype=None, out=None: accumulate("prod", a, axis),
 })
-ndarrays.ACCUMULATE.update({ufunc: lambda a, axis, kind=kind: accumulate(kind, a, axis)
+dispatch.ACCUMULATE.update({ufunc: lambda a, axis, kind=kind: accumulate(kind, a, axis)
                             for ufunc, kind in ((np.multiply, "prod"), (np.maximum, "max"), (np.minimum, "min"))})

@@ -19,10 +19,14 @@ import numpy as np
 from symgrad.expr import (
     arrays,
     composed,  # noqa: F401 (registers its NumPy functions for rolled arrays)
+    contractions,
+    dispatch,
     functions,
     ndarrays,
     ops,
     printing,
+    reductions,
+    reshaping,
     rolled,
     tracing,
     traverse,
@@ -140,7 +144,7 @@ def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any
         inputs = _as_elements(inputs)
     if _has_array(inputs):  # a rolled array: NumPy's meaning, as indexed expressions
         arrays.known(ufunc)
-        return ndarrays.array_ufunc(ufunc, method, inputs, kwargs, arrays.ELEMENTWISE)
+        return dispatch.array_ufunc(ufunc, method, inputs, kwargs, arrays.ELEMENTWISE)
     return arrays.array_ufunc(ufunc, method, inputs, kwargs)
 
 
@@ -148,7 +152,7 @@ def _array_function(self: Any, func: Any, types: Any, args: tuple, kwargs: dict)
     if (_has_array(args) or _has_array(kwargs.values())) and (_has_objects(args) or _has_objects(kwargs.values())):
         args, kwargs = _as_elements(args), dict(zip(kwargs, _as_elements(tuple(kwargs.values()))))
     if _has_array(args) or _has_array(kwargs.values()):
-        return ndarrays.array_function(func, args, kwargs)
+        return dispatch.array_function(func, args, kwargs)
     return arrays.array_function(func, args, kwargs)
 
 
@@ -186,7 +190,7 @@ Expr.__array_function__ = SymArray.__array_function__ = _array_function
 def _matmul(a: Any, b: Any) -> Any:
     if _has_array((a, b)) and _has_objects((a, b)):  # beside an element trace's arrays: element by element
         return functions.wrap(np.matmul(*_as_elements((a, b))))
-    return ndarrays.matmul(a, b)
+    return contractions.matmul(a, b)
 
 
 Expr.__matmul__ = lambda self, other: _matmul(self, other)
@@ -194,19 +198,19 @@ Expr.__rmatmul__ = lambda self, other: _matmul(other, self)
 # NumPy's array methods, for rolled arrays (a scalar is its own sum, mean, max ...).
 for _kind in ("sum", "max", "min"):
     setattr(Expr, _kind, lambda self, axis=None, dtype=None, out=None, keepdims=False, _kind=_kind, **rest:
-            ndarrays.FUNCTIONS[getattr(np, _kind)](self, axis=axis, out=out, keepdims=keepdims, **rest))
-Expr.mean = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.FUNCTIONS[np.mean](
+            dispatch.FUNCTIONS[getattr(np, _kind)](self, axis=axis, out=out, keepdims=keepdims, **rest))
+Expr.mean = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: dispatch.FUNCTIONS[np.mean](
     self, axis=axis, out=out, keepdims=keepdims, **rest)
-Expr.T = property(lambda self: ndarrays.transpose(self) if self.op.array_valued else self)
-Expr.transpose = lambda self, *axes: ndarrays.transpose(self, axes[0] if len(axes) == 1 and isinstance(
+Expr.T = property(lambda self: reshaping.transpose(self) if self.op.array_valued else self)
+Expr.transpose = lambda self, *axes: reshaping.transpose(self, axes[0] if len(axes) == 1 and isinstance(
     axes[0], tuple | list) else axes or None) if self.op.array_valued else self
 Expr.reshape = lambda self, *shape: ndarrays.reshape(self, shape[0] if len(shape) == 1 else shape)
 Expr.ravel = Expr.flatten = lambda self: ndarrays.reshape(self, -1)
-Expr.dot = lambda self, other: ndarrays.array_function(np.dot, (self, other), {})
-Expr.swapaxes = lambda self, i, j: ndarrays.moveaxis(self, [i, j], [j, i])
-Expr.squeeze = lambda self, axis=None: ndarrays.squeeze(self, axis)
-Expr.cumsum = lambda self, axis=None, dtype=None, out=None: ndarrays.cumsum(self, axis, dtype, out)
-Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: ndarrays.prod(
+Expr.dot = lambda self, other: dispatch.array_function(np.dot, (self, other), {})
+Expr.swapaxes = lambda self, i, j: reshaping.moveaxis(self, [i, j], [j, i])
+Expr.squeeze = lambda self, axis=None: reshaping.squeeze(self, axis)
+Expr.cumsum = lambda self, axis=None, dtype=None, out=None: reductions.cumsum(self, axis, dtype, out)
+Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: reductions.prod(
     self, axis, dtype, out, keepdims, **rest)
 
 
@@ -220,7 +224,7 @@ def _numpy_method(name: str) -> property:
             raise AttributeError(f"a scalar expression has no method {name}: use np.{name}(x)")
         if isinstance(f, np.ufunc):
             return lambda *args, **kwargs: f(self, *args, **kwargs)
-        return lambda *args, **kwargs: ndarrays.array_function(f, (self, *args), kwargs)
+        return lambda *args, **kwargs: dispatch.array_function(f, (self, *args), kwargs)
 
     return property(get)
 

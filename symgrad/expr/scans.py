@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import batching, diff, functions, ndarrays, ops, rolled, sparsity, tracing
+from symgrad.expr import batching, diff, functions, ndarrays, ops, reductions, reshaping, rolled, sparsity, tracing
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, Name, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
@@ -383,7 +383,7 @@ def _view(flat: Expr, start: int, shape: tuple, steps: int | None = None) -> Any
 def _packed(leaves: list[Expr]) -> Expr:
     """The carry leaves raveled into one vector."""
     parts = [v.reshape(-1) if v.op.array_valued else rolled.tensor(v, rolled.index("scan#one", 1)) for v in leaves]
-    return parts[0] if len(parts) == 1 else ndarrays.concatenate(parts)
+    return parts[0] if len(parts) == 1 else reshaping.concatenate(parts)
 
 
 def _copy(e: Expr) -> Expr:
@@ -440,7 +440,7 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     wanted = [wanted[0], *(w and p in read for w, p in zip(wanted[1:], (*step.xs, *step.consts)))]
     carried = _carried(step, wanted[1 + len(step.xs):])
     g = placeholder(step.carry.shape)
-    back = grad(ndarrays.reduce("sum", g * step.body), [step.carry, *carried])
+    back = grad(reductions.reduce("sum", g * step.body), [step.carry, *carried])
     before, after = _rows(node, reverse, after=False), _rows(node, reverse, after=True)
     a = placeholder(step.carry.shape)
     done = placeholder(step.body.shape)
@@ -465,7 +465,7 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     mapped = {step.carry: (before, 0), **{p: (w, 0) for p, w in zip(step.xs, whole)}}
     steps = batching.place(*batching.batch([step.body], mapped, t)[0], 0, length)
     adjoints = _rows(G, reverse, after=True)[:, :math.prod(step.carry.shape)].reshape((length, *step.carry.shape))
-    total = ndarrays.reduce("sum", adjoints * steps)
+    total = reductions.reduce("sum", adjoints * steps)
     wrt = [p for p, want in zip((*whole, *step.consts), swept) if want]
     found = iter(grad(total, wrt))
     inputs = {**dict(zip(whole, stacks)), **dict(zip(step.consts, consts))}
@@ -499,7 +499,7 @@ def _unpacked(flat: Expr, shapes: list[tuple]) -> list[Expr]:
 def _flat(arrays: list[Expr]) -> Expr:
     """``arrays`` raveled into one vector."""
     flat = [e.reshape(-1) for e in arrays]
-    return flat[0] if len(flat) == 1 else ndarrays.concatenate(flat)
+    return flat[0] if len(flat) == 1 else reshaping.concatenate(flat)
 
 
 def _reading(e: Expr, body: Expr, values: Expr) -> Expr:
