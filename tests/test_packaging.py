@@ -160,6 +160,14 @@ def test_the_checker_finds_circles_and_upward_imports():
         _layer("symgrad.distributed")
 
 
+MODULE_MAX = 800  # lines: a module past this holds several jobs (aim for 600)
+
+
+def test_no_module_is_longer_than_one_job():
+    long = {_module(p): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > MODULE_MAX}
+    assert long == {}
+
+
 def test_docstrings_read_as_written_in_help_and_the_api_pages():
     """No Sphinx roles (mkdocstrings and help() print them raw), the sg.* op functions show their
     arguments, help(sg.compile) starts with the function."""
