@@ -28,9 +28,8 @@ from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.special import digamma, gammaln, log_softmax, logsumexp, multigammaln, polygamma, softmax
 from symgrad.expr.traverse import count_nodes, free_variables, structural_hash, substitute
 from symgrad.parse import ParseError
-from symgrad.ports import ad_checkpoint, config, lax, nn, numpy, scipy  # JAX's modules under symgrad's names
+from symgrad.ports import ad_checkpoint, config, lax, numpy  # JAX's modules under symgrad's names (more: _Aliases)
 from symgrad.ports.ad_checkpoint import checkpoint, checkpoint_name, checkpoint_policies, remat
-from symgrad.ports.scipy import special as _scipy_special
 from symgrad.solvers import ipopt, optimize  # sg.optimize.Problem: the problem object cyipopt takes
 from symgrad.solvers.optimize import minimize
 from symgrad.trace.api import (
@@ -53,6 +52,7 @@ from symgrad.trace.custom import custom_jvp, custom_vjp
 from symgrad.trace.function import Function
 from symgrad.util import chunks as _chunks
 from symgrad.util import pytree
+from symgrad.util.aliases import Aliases as _Aliases
 from symgrad.util.callmodule import CallableModule as _CallableModule
 from symgrad.util.pytree import (
     ravel_pytree,
@@ -104,11 +104,12 @@ lt, le, gt, ge, eq, ne = (_FUNCS[n] for n in ("lt", "le", "gt", "ge", "eq", "ne"
 
 tree_util = tree = pytree  # JAX's jax.tree_util.tree_map and jax.tree.map: sg.tree_util.tree_map, sg.tree.map
 # The modules users import by their public names (`import symgrad.numpy as jnp`, `from symgrad.tree_util import
-# tree_map`, as from jax.tree_util), wherever they live in the package.
-for _name, _module in {"pytree": pytree, "tree_util": pytree, "tree": pytree, "numpy": numpy, "lax": lax, "nn": nn,
-                       "scipy": scipy, "scipy.special": _scipy_special, "config": config,
-                       "ad_checkpoint": ad_checkpoint, "optimize": optimize, "ipopt": ipopt}.items():
-    _sys.modules.setdefault(f"symgrad.{_name}", _module)
+# tree_map`, as from jax.tree_util), wherever they live in the package: each imported on first use.
+_Aliases({f"symgrad.{public}": f"symgrad.{real}" for public, real in {
+    "pytree": "util.pytree", "tree_util": "util.pytree", "tree": "util.pytree", "numpy": "ports.numpy",
+    "lax": "ports.lax", "nn": "ports.nn", "scipy": "ports.scipy", "scipy.special": "ports.scipy.special",
+    "config": "ports.config", "ad_checkpoint": "ports.ad_checkpoint", "optimize": "solvers.optimize",
+    "ipopt": "solvers.ipopt"}.items()}).install()
 _chunks.install("symgrad.distributed")  # Dask arrays among the data: run chunk by chunk (imports Dask when met)
 
 __version__ = "0.1.0"

@@ -47,6 +47,21 @@ ROOT = Path(sg.__file__).parent
 LAYERS = ("util", "expr", "compile", "trace")
 
 
+def test_public_module_names_are_the_modules_wherever_they_live():
+    """`import symgrad.numpy as jnp`, `from symgrad.scipy.special import logsumexp`, `symgrad.tree_util`,
+    `sg.optimize.Problem`: each public name is the one module (not a copy), and SciPy's special functions
+    and sparse matrices load only when used (a fresh process)."""
+    script = ("import sys, symgrad as sg; assert 'scipy.special' not in sys.modules; "
+              "assert 'scipy.sparse' not in sys.modules; import symgrad.numpy as jnp, symgrad.ports.numpy; "
+              "import symgrad.scipy.special as ss, symgrad.ports.scipy.special as real; "
+              "from symgrad.tree_util import tree_map; from symgrad import lax, nn, config, ad_checkpoint; "
+              "assert jnp is symgrad.ports.numpy and ss is real and sg.scipy.special is real; "
+              "assert tree_map is sg.pytree.tree_map and sg.tree is sg.pytree and nn.softmax is sg.softmax; "
+              "import symgrad.optimize, symgrad.ipopt; assert sg.optimize.minimize is sg.minimize; print('ok')")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def _module(path: Path) -> str:
     parts = path.relative_to(ROOT.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

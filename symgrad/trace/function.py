@@ -33,7 +33,6 @@ from symgrad.trace.signature import (
     signature,
     static_key,
 )
-from symgrad.trace.sparse import RolledSparse
 from symgrad.util import chunks, pytree
 
 
@@ -217,11 +216,13 @@ class Function:
 
     def _rolled_sparse(self, key: tuple, args: tuple, kwargs: dict) -> Any:
         """A sparse Jacobian or Hessian of arrays of ``limits.ROLLED_MIN`` elements or more, rolled
-        (sparse_rolled.RolledSparse), made once per signature; None where the function has no rolled
+        (trace/sparse.py's RolledSparse), made once per signature; None where the function has no rolled
         form (the element path's, as before)."""
         if not isinstance(self.argnums_spec, int) or context.depth or not self._large(args, kwargs):
             return None
         if key not in self._sparse_rolled:
+            from symgrad.trace.sparse import RolledSparse  # (here: SciPy's sparse matrices cost 70 ms at import)
+
             try:
                 with compiled.building():  # (its kernels' background compiles wait for the pattern)
                     self._sparse_rolled[key] = RolledSparse(self, args, kwargs)
