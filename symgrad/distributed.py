@@ -303,7 +303,7 @@ def lazy_map(f: Any, /, *args: Any, **kwargs: Any) -> Any:
         outs = [(leaf.shape[1:], leaf.dtype) for leaf in tree_leaves]
         what = _batch_of
     else:
-        rows = _Rows(args, kwargs, _mapped_rows(f, args, kwargs), f"{f._who}")
+        rows = _Rows(args, kwargs, _mapped_rows(f, args, kwargs), f"{f.who}")
         example_args, example_kwargs = rows.example(1)
         t = f.trace(*example_args, **example_kwargs)
         out_tree = t.out_tree
@@ -340,15 +340,15 @@ def _mapped_rows(f: Any, args: tuple, kwargs: dict) -> list[bool]:
 
     fn = f.fn
     if not isinstance(fn, Batched):
-        raise TypeError(f"{f._who}: a Dask array is rows in chunks: map a function over them with sg.vmap as the "
+        raise TypeError(f"{f.who}: a Dask array is rows in chunks: map a function over them with sg.vmap as the "
                         "outermost transform (sg.vmap(sg.jit(f)), not sg.jit(sg.vmap(f))), or sum over them "
                         "with .sum (sg.value_and_grad, sg.grad)")
     if any(a != 0 for a in (fn.out_axes if isinstance(fn.out_axes, tuple | list) else [fn.out_axes])):
-        raise ValueError(f"{f._who}: on Dask arrays results stack along axis 0 (out_axes=0)")
+        raise ValueError(f"{f.who}: on Dask arrays results stack along axis 0 (out_axes=0)")
     axes = _in_axes(fn.in_axes, len(args), fn.__name__)
     in_order = (*args, *(kwargs[k] for k in sorted(kwargs)))
     leaf_axes = [a for arg, axis in zip(in_order, (*axes, *[0] * len(kwargs)))
                  for a in _per_leaf(arg, axis, fn.__name__)]
     if any(a not in (None, 0) for a in leaf_axes):
-        raise ValueError(f"{f._who}: on Dask arrays, map along the first axis (rows in chunks): in_axes 0 or None")
+        raise ValueError(f"{f.who}: on Dask arrays, map along the first axis (rows in chunks): in_axes 0 or None")
     return [a == 0 for a in leaf_axes]

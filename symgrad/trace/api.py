@@ -290,10 +290,10 @@ def linearize(fn: Any, *primals: Any, has_aux: bool = False, backend: str = "aut
 
 def _zeros_like_output(F: Function, primals: tuple) -> Any:
     """A zero cotangent in the structure of fn's output (to evaluate the output itself)."""
-    if F._key(primals, {}) is None or context.depth:  # inside a trace: the output's structure, fresh
+    if F.signature_key(primals, {}) is None or context.depth:  # inside a trace: the output's structure, fresh
         t = Trace(F, primals, {}, fresh=True)
     else:
-        t = F._trace(F._key(primals, {}), primals, {})
+        t = F.traced_at(F.signature_key(primals, {}), primals, {})
     return pytree.unflatten(t.out_tree, [np.zeros(s) if s else 0.0 for _, s in t.outputs])
 
 

@@ -94,7 +94,7 @@ class Function:
         self._noted = False  # whether the element-by-element warning was given
         functools.update_wrapper(self, fn, updated=())  # not fn.__dict__: a Function inside keeps its own
         self.__name__ = getattr(fn, "__name__", None) or describe(fn)
-        self._who = f"sg.{transform}({self.__name__})"
+        self.who = f"sg.{transform}({self.__name__})"
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         """On a method: bound to the instance, which comes first (static, as an object that is not numbers).
@@ -110,7 +110,13 @@ class Function:
         """
         return self if instance is None else types.MethodType(self, instance)
 
-    def _names(self, n: int) -> list[str]:
+    def argument_names(self, n: int) -> list[str]:
+        """The names of fn's first ``n`` positional parameters (``arg0`` ... past them: ``*args``).
+
+        >>> import symgrad as sg
+        >>> sg.grad(lambda x, *rest: x).argument_names(3)
+        ['x', 'rest1', 'rest2']
+        """
         try:
             params = list(inspect.signature(self.fn).parameters.values())
         except (TypeError, ValueError):
@@ -119,7 +125,7 @@ class Function:
         star = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "arg")
         return names[:n] + [f"{star}{i}" for i in range(len(names[:n]), n)]
 
-    def _wrt_keys(self, n_args: int, slots: dict) -> list:
+    def differentiated(self, n_args: int, slots: dict) -> list:
         """The differentiated arguments' keys: argnums (negative ones from the end), all for jit / jvp / vjp."""
         if self.rule.wrt == "all":
             return list(slots)
@@ -129,12 +135,12 @@ class Function:
         for n in self.argnums:
             k = n + n_args if n < 0 else n
             if not 0 <= k < n_args or k not in slots:
-                raise TypeError(f"{self._who}: argnums {n} is not a traced positional argument "
+                raise TypeError(f"{self.who}: argnums {n} is not a traced positional argument "
                                 f"(called with {n_args} positional arguments)")
             keys.append(k)
         return keys
 
-    def _key(self, args: tuple, kwargs: dict) -> tuple | None:
+    def signature_key(self, args: tuple, kwargs: dict) -> tuple | None:
         """The trace cache key (shapes, tree structures, static values); None for symbolic arguments."""
         if not (kwargs or self.static_argnums or self._ints_static):
             key = tuple(map(signature, args))
@@ -156,13 +162,13 @@ class Function:
         identity (two equal objects may hold different attributes, which the trace reads)."""
         if key in self.static_argnums or key in self.static_argnames:
             return static_key(value, key, self)
-        if not self._static_at(key, value, n_args):
+        if not self.is_static(key, value, n_args):
             return None
         leaves, treedef = pytree.flatten(value)  # (the trace keeps the objects alive: an id stays theirs)
         return ("static", treedef, tuple(leaf if type(leaf) in (int, *PLAIN) else ("object", id(leaf))
                                          for leaf in leaves))
 
-    def _static_at(self, key: Any, value: Any, n_args: int) -> bool:
+    def is_static(self, key: Any, value: Any, n_args: int) -> bool:
         """Whether the argument at ``key`` (a position or a name) is static: named so, or not
         differentiated and a Python bool, string or other object (see auto_static), or an int once one
         was used as a size (ints are traced first, as JAX traces them: an index needs no new trace)."""
@@ -176,11 +182,13 @@ class Function:
     def trace(self, *args: Any, **kwargs: Any) -> Trace:
         """The ``Trace`` for these arguments' shapes (traced and compiled on first use)."""
         args, kwargs, _ = self._split_extra(args, kwargs)
-        return self._trace(self._key(args, kwargs), args, kwargs)
+        return self.traced_at(self.signature_key(args, kwargs), args, kwargs)
 
-    def _trace(self, key: tuple | None, args: tuple, kwargs: dict) -> Trace:
+    def traced_at(self, key: tuple | None, args: tuple, kwargs: dict) -> Trace:
+        """The trace for arguments whose ``signature_key`` is ``key``: a cached one whose branches hold there,
+        else a new one (Python ints traced again as values where one was used as a size)."""
         if key is None:
-            raise TypeError(f"{self._who}.trace: the arguments are symbolic; call the function instead")
+            raise TypeError(f"{self.who}.trace: the arguments are symbolic; call the function instead")
         t = self._cached(key, args, kwargs)
         if t is None:
             try:
@@ -189,7 +197,7 @@ class Function:
                 if self._ints_static or not int_use(e) or not holds_int((args, kwargs)):
                     raise
                 self._ints_static = True
-                return self._trace(self._key(args, kwargs), args, kwargs)
+                return self.traced_at(self.signature_key(args, kwargs), args, kwargs)
             branches = self._traces.setdefault(key, [])
             if branches:
                 self._retraced("Python if / while on traced values took another way (sg.cond, sg.where or "
@@ -236,7 +244,7 @@ class Function:
         """One warning when tracing again keeps happening."""
         self._changes += 1
         if self._changes == limits.RETRACES_NOTE:
-            warnings.warn(f"{self._who}: traced again {limits.RETRACES_NOTE} times: {why}",
+            warnings.warn(f"{self.who}: traced again {limits.RETRACES_NOTE} times: {why}",
                           stacklevel=user_level())
 
     def _new_trace(self, args: tuple, kwargs: dict) -> Trace:
@@ -248,7 +256,7 @@ class Function:
             except (TracingError, NotImplementedError, TypeError) as e:
                 if not self._fallback or int_use(e) and not self._ints_static and holds_int((args, kwargs)):
                     raise
-                why = f"{str(e).splitlines()[0].removeprefix(f'{self._who}: ')} ({user_line(e)})"  # (named once)
+                why = f"{str(e).splitlines()[0].removeprefix(f'{self.who}: ')} ({user_line(e)})"  # (named once)
                 t = traced(lambda: Trace(self, args, kwargs))
                 t.fallback = why
                 self._note(why, args, kwargs)
@@ -261,7 +269,7 @@ class Function:
             return
         self._noted = True
         n = sum(np.size(leaf) for leaf in pytree.flatten((args, kwargs))[0] if not isinstance(leaf, str))
-        warnings.warn(f"{self._who}: {why}: tracing its {n} array elements one by one instead (slow at large "
+        warnings.warn(f"{self.who}: {why}: tracing its {n} array elements one by one instead (slow at large "
                       "sizes; .explain() says which path each trace took)", stacklevel=user_level())
 
     def explain(self) -> str:
@@ -277,8 +285,8 @@ class Function:
         """
         sparse = [f"  {s.explain()}" for s in self._sparse_rolled.values() if s is not None]
         if not self._traces and not sparse:
-            return f"{self._who}: not traced yet (call it first)"
-        return "\n".join([self._who, *(t.explain() for ts in self._traces.values() for t in ts), *sparse])
+            return f"{self.who}: not traced yet (call it first)"
+        return "\n".join([self.who, *(t.explain() for ts in self._traces.values() for t in ts), *sparse])
 
     def _large(self, args: tuple, kwargs: dict) -> bool:
         """Whether a traced argument holds an array of ``limits.ROLLED_MIN`` elements or more (then all of
@@ -302,7 +310,7 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.rule.extra == "v":
             return self.call(*self._split_extra(args, kwargs))
-        key = self._key(args, kwargs)
+        key = self.signature_key(args, kwargs)
         sparse = self._rolled_sparse(key, args, kwargs) if self.sparse and key is not None else None
         if sparse is not None:
             self._last_sparse = sparse
@@ -317,7 +325,7 @@ class Function:
 
     def call(self, args: tuple, kwargs: dict, extra: Any = None) -> Any:
         """Call with fn's arguments and the transform's vector (hvp's v, jvp's tangents, a vjp's cotangent)."""
-        key = self._key(args, kwargs)
+        key = self.signature_key(args, kwargs)
         if key is None or context.depth or extra is not None and has_symbolic(extra):
             if self.transform == "jit":  # inside another trace jit is the function itself
                 if context.depth:
@@ -331,7 +339,7 @@ class Function:
                     raise
                 self._ints_static = True  # (an int used as a size: traced again, ints as their values)
                 return self.call(args, kwargs, extra)
-        return self._trace(key, args, kwargs).run(args, kwargs, extra)
+        return self.traced_at(key, args, kwargs).run(args, kwargs, extra)
 
     def call_many(self, args: tuple, kwargs: dict, extras: list) -> list:
         """``call(args, kwargs, extra)`` for each of ``extras`` (a jvp's tangents, a vjp's cotangents,
@@ -345,10 +353,10 @@ class Function:
         array([[1., 1.],
                [0., 2.]])
         """
-        key = self._key(args, kwargs)
+        key = self.signature_key(args, kwargs)
         if key is None or context.depth or any(has_symbolic(e) for e in extras) or self.transform == "jit":
             return [self.call(args, kwargs, extra) for extra in extras]
-        return self._trace(key, args, kwargs).run_many(args, kwargs, extras)
+        return self.traced_at(key, args, kwargs).run_many(args, kwargs, extras)
 
     def sum(self, *args: Any, **kwargs: Any) -> Any:
         """The sum over data rows: every traced argument not differentiated (not in ``argnums``)
@@ -389,12 +397,12 @@ class Function:
             row = lambda key, value, first=left[0]: np.asarray(value)[first] if key in counts else value
             t = self.trace(*(row(i, a) for i, a in enumerate(args)), **{k: row(k, v) for k, v in kwargs.items()})
             rows = [np.reshape(pick(key), (n, -1))[left] for key in t.data_keys]
-            if t._constant_values is not None:  # the NumPy constants fn captured: the same in every row
-                rows.append(np.broadcast_to(t._constant_values, (len(left), t._constant_values.size)))
-            P, x = np.hstack(rows).astype(float, copy=False), t._pack(t.wrt_keys, args, kwargs)
+            if t.constant_values is not None:  # the NumPy constants fn captured: the same in every row
+                rows.append(np.broadcast_to(t.constant_values, (len(left), t.constant_values.size)))
+            P, x = np.hstack(rows).astype(float, copy=False), t.packed(t.wrt_keys, args, kwargs)
             same = t.holds(t.conditions(x, P)) if t.guards else np.ones(len(left), bool)
             if not same[0]:
-                raise RuntimeError(f"{self._who}.sum: a row's traced branch does not hold at that row")
+                raise RuntimeError(f"{self.who}.sum: a row's traced branch does not hold at that row")
             parts.append(t.compiled.sum(x, P[same]))
             left = left[~same]
         return t.assemble(sum(parts[1:], parts[0]))
@@ -467,7 +475,7 @@ class Function:
         H[j, j + 1] = where(t1, 2*x[j], 0)
         """
         if self._last_sparse is None:
-            raise RuntimeError(f"{self._who}.bands: call it first, sparse=True on arrays of {limits.ROLLED_MIN} "
+            raise RuntimeError(f"{self.who}.bands: call it first, sparse=True on arrays of {limits.ROLLED_MIN} "
                                "elements or more (a rolled sparse Jacobian or Hessian)")
         return self._last_sparse.bands()
 
@@ -476,7 +484,7 @@ class Function:
                            tuple(self.static_argnames), self.sparse, self.backend, self.has_aux))
 
     def __repr__(self) -> str:
-        return f"<{self._who}, {len(self._traces)} traced signature(s)>"
+        return f"<{self.who}, {len(self._traces)} traced signature(s)>"
 
 
 WRAPPERS.append(Function)  # (its fn is the user's: a trace watches what that captures)

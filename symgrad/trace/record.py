@@ -127,10 +127,10 @@ class Trace:
     def __init__(self, owner: Function, args: tuple, kwargs: dict, fresh: bool = False,
                  indexed: bool = False) -> None:
         self.owner, self.indexed = owner, indexed
-        who = owner._who
+        who = owner.who
         # Inside another trace fn may close over its variables: names no closure can share.
         tag = f"#{next(fresh_names)}" if fresh else ""
-        names = owner._names(len(args))
+        names = owner.argument_names(len(args))
         self.arguments: dict[str, Any] = {}
         self.slots: dict[Any, Slot] = {}
         self._syms: list = []  # every traced leaf, symbolic, and the value it stands for in this call
@@ -140,7 +140,7 @@ class Trace:
         self.statics: list = []  # static arguments' values (a callable or an object may capture values too)
         sym_args = [self._argument(names[i], i, a, tag, len(args)) for i, a in enumerate(args)]
         sym_kwargs = {k: self._argument(k, k, v, tag, len(args)) for k, v in kwargs.items()}
-        self.wrt_keys = owner._wrt_keys(len(args), self.slots)
+        self.wrt_keys = owner.differentiated(len(args), self.slots)
         self.data_keys = [k for k in self.slots if k not in self.wrt_keys]
         wrt = [self.slots[k] for k in self.wrt_keys]
         self.inputs = [v for s in wrt for v in s.variables()]
@@ -173,7 +173,7 @@ class Trace:
             raise TracingError(f"{who}: NumPy arrays of constants inside a transform applied to rolled arrays "
                                "outside a trace; pass them as arguments")
         self.constants = list(constants)  # NumPy arrays fn combined with rolled ones: parameters after the data
-        self._constant_values = np.concatenate([v.ravel() for v in constants.values()]) if constants else None
+        self.constant_values = np.concatenate([v.ravel() for v in constants.values()]) if constants else None
         with paused_gc():
             if owner.has_aux:
                 if not (isinstance(result, tuple) and len(result) == 2):
@@ -203,7 +203,7 @@ class Trace:
 
     def _argument(self, name: str, key: Any, value: Any, tag: str, n_args: int) -> Any:
         owner = self.owner
-        if owner._static_at(key, value, n_args):
+        if owner.is_static(key, value, n_args):
             self.statics.append(value)
             return value
         leaves, treedef = pytree.flatten(value)
@@ -211,7 +211,7 @@ class Trace:
         shapes, dtypes, syms, integer = [], [], [], []
         for leaf, path in zip(leaves, paths):
             try:
-                shape, dtype = leaf_info(leaf, owner._who, name + path)
+                shape, dtype = leaf_info(leaf, owner.who, name + path)
             except TypeError as e:
                 if name != "self" or type(e) is not TypeError:
                     raise
@@ -255,16 +255,16 @@ class Trace:
                      W=functools.partial(pytree.unflatten, self.wrt_tree),
                      Out=functools.partial(pytree.unflatten, self.out_tree), sparse=sparse)
         if rule.scalar_out and not c.outs:
-            raise TypeError(f"{self.owner._who}: the function returned nothing (None: a missing return?); "
+            raise TypeError(f"{self.owner.who}: the function returned nothing (None: a missing return?); "
                             "it must return one scalar")
         if rule.scalar_out and (len(c.outs) != 1 or c.shapes[0] != ()):
-            raise TypeError(f"{self.owner._who}: the function must return one scalar, got shape "
+            raise TypeError(f"{self.owner.who}: the function must return one scalar, got shape "
                             f"{', '.join(str(s) for s in c.shapes)}; use sg.jacobian for vector outputs")
         if sparse and self.owner.has_aux:
-            raise ValueError(f"{self.owner._who}: has_aux=True is not supported with sparse=True")
+            raise ValueError(f"{self.owner.who}: has_aux=True is not supported with sparse=True")
         return rule.derive(self, c)
 
-    def _matrix(self, M: np.ndarray, row_shapes: list[tuple], rows_tree: Any, aux: list,
+    def matrix(self, M: np.ndarray, row_shapes: list[tuple], rows_tree: Any, aux: list,
                 aux_blocks: list) -> tuple:
         """Blocks of a derivative matrix: rows cut by ``row_shapes``, columns by the wrt leaves."""
         row_cuts = np.cumsum([0, *(int(np.prod(s)) for s in row_shapes)])
@@ -278,9 +278,9 @@ class Trace:
         W = functools.partial(pytree.unflatten, self.wrt_tree)
         nest = lambda p: rows_tree([W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])
         flat = as_expr_list(flat) if flat else []
-        return [*flat, *aux], flat, blocks + aux_blocks, self._with_aux(nest, len(blocks))
+        return [*flat, *aux], flat, blocks + aux_blocks, self.with_aux(nest, len(blocks))
 
-    def _rolled_matrix(self, rows: list, row_shapes: list, tree: Any, c: Outputs) -> tuple:
+    def rolled_matrix(self, rows: list, row_shapes: list, tree: Any, c: Outputs) -> tuple:
         """Jacobian / Hessian blocks of rolled arrays: ``rows[a][b]``, block (row a, input b): one rolled
         array, or a list of scalars (an output built of scalars, a scalar input)."""
         flat = [e for row in rows for b in range(len(self.inputs)) for e in (
@@ -288,15 +288,16 @@ class Trace:
         blocks = [(ra + sb, db) for ra in row_shapes for sb, db in zip(self.wrt_shapes, self.wrt_dtypes)]
         n_in = len(self.wrt_shapes)
         nest = lambda p: tree([c.W(p[a * n_in:(a + 1) * n_in]) for a in range(len(row_shapes))])  # noqa: E731
-        return [*flat, *c.aux], flat, blocks + c.aux_blocks, self._with_aux(nest, len(blocks))
+        return [*flat, *c.aux], flat, blocks + c.aux_blocks, self.with_aux(nest, len(blocks))
 
-    def _with_aux(self, structure: Any, n: int) -> Any:
+    def with_aux(self, structure: Any, n: int) -> Any:
         """JAX's has_aux results: (result, aux), the aux leaves after the first ``n`` blocks."""
         if not self.owner.has_aux:
             return structure
-        return lambda p: (structure(p[:n]), self._aux(p[n:]))
+        return lambda p: (structure(p[:n]), self.aux_from(p[n:]))
 
-    def _aux(self, pieces: list) -> Any:
+    def aux_from(self, pieces: list) -> Any:
+        """has_aux's second output, in fn's structure, from its flat pieces."""
         return pytree.unflatten(self.aux_tree, pieces)
 
     def assemble(self, flat: Any) -> Any:
@@ -391,7 +392,7 @@ class Trace:
         got = self._conditions_at(args, kwargs) if self.guards else None
         if got is not None and not self.holds(got):
             cond, want = next((c, w) for v, (c, w) in zip(got, self.guards) if (v != 0.0) != w)
-            raise ValueError(f"{self.owner._who}: this trace took the branch where {cond} is {want}, which it "
+            raise ValueError(f"{self.owner.who}: this trace took the branch where {cond} is {want}, which it "
                              "is not at these arguments; call the function itself (it traces that branch)")
         return self.run(args, kwargs, extra)
 
@@ -415,12 +416,12 @@ class Trace:
             key = self.wrt_keys[0]
             x = np.ravel(kwargs[key] if isinstance(key, str) else args[key])
             if self.ints:
-                _exact_input([x], self.owner._who)
+                _exact_input([x], self.owner.who)
         else:
-            x = self._pack(self.wrt_keys, args, kwargs)
-        p = self._pack(self.data_keys, args, kwargs)
+            x = self.packed(self.wrt_keys, args, kwargs)
+        p = self.packed(self.data_keys, args, kwargs)
         if self.extra or self.constants:
-            tail = [] if self._constant_values is None else [self._constant_values]
+            tail = [] if self.constant_values is None else [self.constant_values]
             vector = [np.ravel(leaf) for leaf in self._extra_values(extra)] if self.extra else []
             p = np.concatenate([p, *tail, *vector])
         return x, p
@@ -430,7 +431,7 @@ class Trace:
         return bool(self.holds(self._conditions_at(args, kwargs)))
 
     def _conditions_at(self, args: tuple, kwargs: dict) -> np.ndarray:
-        return self.conditions(self._pack(self.wrt_keys, args, kwargs), self._params(args, kwargs))
+        return self.conditions(self.packed(self.wrt_keys, args, kwargs), self._params(args, kwargs))
 
     def conditions(self, x: np.ndarray, p: np.ndarray) -> np.ndarray:
         """The guards' conditions at inputs ``x`` and parameters ``p`` (rows of them: one row each)."""
@@ -446,10 +447,11 @@ class Trace:
         return np.all((got != 0.0) == np.array([want for _, want in self.guards]), axis=-1)
 
     def _params(self, args: tuple, kwargs: dict) -> np.ndarray:
-        p = self._pack(self.data_keys, args, kwargs)
-        return p if self._constant_values is None else np.concatenate([p, self._constant_values])
+        p = self.packed(self.data_keys, args, kwargs)
+        return p if self.constant_values is None else np.concatenate([p, self.constant_values])
 
-    def _pack(self, keys: list, args: tuple, kwargs: dict) -> np.ndarray:
+    def packed(self, keys: list, args: tuple, kwargs: dict) -> np.ndarray:
+        """The arguments at ``keys`` (positions or names), their leaves raveled into one float vector."""
         if not keys:
             return compiled._EMPTY
         parts = []
@@ -460,7 +462,7 @@ class Trace:
             else:
                 parts.extend(np.ravel(leaf) for leaf in pytree.flatten(value)[0])
         if self.ints:
-            _exact_input(parts, self.owner._who)
+            _exact_input(parts, self.owner.who)
         return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else compiled._EMPTY
 
     def _extra_values(self, extra: Any) -> list:
@@ -472,11 +474,11 @@ class Trace:
             tree, shapes = self.wrt_tree, self.wrt_shapes
         leaves, treedef = pytree.flatten(extra)
         if treedef != tree and not (len(shapes) == 1 and treedef is pytree.LEAF):
-            raise ValueError(f"{self.owner._who}: {what} must have the structure of "
+            raise ValueError(f"{self.owner.who}: {what} must have the structure of "
                              f"{'the output' if what == 'cotangent' else 'the differentiated arguments'}")
         got = [np.shape(leaf) for leaf in leaves]
         if got != shapes:
-            raise ValueError(f"{self.owner._who}: {what} has shapes {got}, expected {shapes}")
+            raise ValueError(f"{self.owner.who}: {what} has shapes {got}, expected {shapes}")
         return leaves
 
     def symbolic(self, args: tuple, kwargs: dict, extra: Any) -> Any:

@@ -44,13 +44,13 @@ def _jit(t: Trace, c: Outputs) -> tuple:
 
 def _grad(t: Trace, c: Outputs) -> tuple:
     g = symbolic.grad(c.outs[0], t.inputs)
-    return [*g, *c.aux], g, c.wrt_blocks + c.aux_blocks, t._with_aux(c.W, len(c.wrt_blocks))
+    return [*g, *c.aux], g, c.wrt_blocks + c.aux_blocks, t.with_aux(c.W, len(c.wrt_blocks))
 
 
 def _value_and_grad(t: Trace, c: Outputs) -> tuple:
     g = symbolic.grad(c.outs[0], t.inputs)
     n = 1 + len(c.wrt_blocks)
-    value_aux = lambda p: ((p[0], t._aux(p[n:])) if t.owner.has_aux else p[0], c.W(p[1:n]))  # noqa: E731
+    value_aux = lambda p: ((p[0], t.aux_from(p[n:])) if t.owner.has_aux else p[0], c.W(p[1:n]))  # noqa: E731
     return [c.outs[0], *g, *c.aux], g, [((), _result_dtype(t)), *c.wrt_blocks, *c.aux_blocks], value_aux
 
 
@@ -62,7 +62,7 @@ def _hvp(t: Trace, c: Outputs) -> tuple:
 def _jvp(t: Trace, c: Outputs) -> tuple:
     tangents = symbolic.jvp(c.outs, t.inputs, t.extra) if c.outs else []
     blocks, n = [(s, None) for s in c.shapes], len(c.shapes)
-    return [*c.outs, *tangents, *c.aux], tangents, blocks * 2 + c.aux_blocks, t._with_aux(
+    return [*c.outs, *tangents, *c.aux], tangents, blocks * 2 + c.aux_blocks, t.with_aux(
         lambda p: (c.Out(p[:n]), c.Out(p[n:2 * n])), 2 * n)
 
 
@@ -71,7 +71,7 @@ def _vjp(t: Trace, c: Outputs) -> tuple:
     g = symbolic.grad(total, t.inputs) if t.inputs else []
     n = len(c.shapes)
     return [*c.outs, *g, *c.aux], g, [(s, None) for s in c.shapes] + c.wrt_blocks + c.aux_blocks, \
-        t._with_aux(lambda p: (c.Out(p[:n]), c.W(p[n:])), n + len(c.wrt_blocks))
+        t.with_aux(lambda p: (c.Out(p[:n]), c.W(p[n:])), n + len(c.wrt_blocks))
 
 
 def _jacobian(t: Trace, c: Outputs) -> tuple:
@@ -81,13 +81,13 @@ def _jacobian(t: Trace, c: Outputs) -> tuple:
             per = [(symbolic.jacobian if o.op.array_valued else symbolic.grad)(o, t.inputs) for o in exprs]
             rows.append([per[0][b] if len(per) == 1 else _stacked([p[b] for p in per], shape + sb)
                          for b, sb in enumerate(t.wrt_shapes)])
-        return t._rolled_matrix(rows, c.shapes, c.Out, c)
+        return t.rolled_matrix(rows, c.shapes, c.Out, c)
     if c.sparse:
         J = sparse_jacobian(c.outs, t.inputs)
         return J, J, None, None
     J = symbolic.jacobian(c.outs, t.inputs) if c.outs and t.inputs else np.empty(
         (len(c.outs), len(t.inputs)), dtype=object)
-    return t._matrix(J, c.shapes, c.Out, c.aux, c.aux_blocks)
+    return t.matrix(J, c.shapes, c.Out, c.aux, c.aux_blocks)
 
 
 def _stacked(entries: list, shape: tuple) -> Any:
@@ -100,12 +100,12 @@ def _stacked(entries: list, shape: tuple) -> Any:
 
 def _hessian(t: Trace, c: Outputs) -> tuple:
     if t.indexed:
-        return t._rolled_matrix(symbolic.hessian(c.outs[0], t.inputs), t.wrt_shapes, c.W, c)
+        return t.rolled_matrix(symbolic.hessian(c.outs[0], t.inputs), t.wrt_shapes, c.W, c)
     if c.sparse:
         H = sparse_hessian(c.outs[0], t.inputs)
         return H, H, None, None
     H = symbolic.hessian(c.outs[0], t.inputs) if t.inputs else np.empty((0, 0), dtype=object)
-    return t._matrix(H, t.wrt_shapes, c.W, c.aux, c.aux_blocks)
+    return t.matrix(H, t.wrt_shapes, c.W, c.aux, c.aux_blocks)
 
 
 @dataclass(frozen=True)
