@@ -12,7 +12,7 @@ from rolled_graphs import elements, nested_sums, rolled_sums, spread, tied, unro
 from sympy_ref import close
 
 import symgrad as sg
-from symgrad.expr import rolled
+from symgrad.expr import gathers
 from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor, unroll, value_range
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -78,10 +78,10 @@ def test_gathers_rename_site_indices_that_the_targets_name():
     x, y, z = array("x", (3, 3)), array("y", (3, 3)), array("z", (2, 3))
     r, m, o = index("l", 3), index("m", 3), index("o", 2)
     Y, Z = np.arange(9.0).reshape(3, 3), np.arange(6.0).reshape(2, 3) + 1
-    g = rolled.gather(x, [(subscript(x, (m, r)), subscript(y, (r, m)) * 10.0)], (r, m))
+    g = gathers.gather(x, [(subscript(x, (m, r)), subscript(y, (r, m)) * 10.0)], (r, m))
     np.testing.assert_array_equal(sg.evaluate(tensor(g, r, m), {y: Y}), 10 * Y.T)
     p = [0, 2, 0]
-    g = rolled.gather(y, [(subscript(y, (subscript(table(p), r), 0)), subscript(z, (o, r)))], (r, m), outer=(o,))
+    g = gathers.gather(y, [(subscript(y, (subscript(table(p), r), 0)), subscript(z, (o, r)))], (r, m), outer=(o,))
     want = np.zeros((2, 3, 3))
     for k, row in enumerate(p):
         want[:, row, 0] += Z[:, k]
@@ -104,7 +104,7 @@ def test_gathers_solve_mixed_radix_addresses_as_quotient_and_remainder(sizes, sl
     x, y, o = array("x", offset + span + 3), array("y", tuple(sizes)), index("o", 2)
     w = subscript(y, tuple(indices)) * (o + 1.0 if jacobian else 1.0)
     t = index("t", x.shape[0])
-    g = rolled.gather(x, [(subscript(x, address), w)], (t,), outer=(o,) if jacobian else ())
+    g = gathers.gather(x, [(subscript(x, address), w)], (t,), outer=(o,) if jacobian else ())
     assert "sum" not in str(g) or coefficients[0] != 1 and not jacobian  # (a gradient scatters 5*j + 20*k)
     Y = np.arange(1.0, 1.0 + np.prod(sizes)).reshape(sizes)
     want = np.zeros(x.shape[0])

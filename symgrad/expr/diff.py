@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import custom, ops, rolled
+from symgrad.expr import custom, gathers, ops, rolled
 from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
@@ -195,7 +195,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
     Rolled nodes: an argument that does not vary over an index its user varies over gets the sum
     of the contributions over that index; a reduction hands its adjoint to its body; a load hands
     ``(load, adjoint)`` to its array, whose adjoint (an array: for a tensor, its body's adjoint)
-    is gathered from those sites once all of them are known (rolled.gather).
+    is gathered from those sites once all of them are known (gathers.gather).
 
     ``outer``: the indices ``out`` varies over (a Jacobian's rows); adjoints vary over them too,
     never summed, and each derivative comes back as a tensor over them."""
@@ -272,13 +272,13 @@ def _array_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dic
 def _input_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
                    active: set) -> None:
     """An input array's adjoint is a tensor over fresh indices, the sites' adjoints gathered into it."""
-    adj[node] = rolled.gather_adjoint(node, sites, outer, tidied)
+    adj[node] = gathers.gather_adjoint(node, sites, outer, tidied)
 
 
 def _tensor_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all_sites: dict,
                     active: set) -> None:
     """A tensor's adjoint goes to its body at its indices."""
-    _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:], outer, tidied),
+    _accumulate(adj, node.args[0], gathers.gather(node, sites, node.args[1:], outer, tidied),
                 frozenset(node.args[1:]))
 
 
@@ -286,7 +286,7 @@ def _scatter_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: d
                      active: set) -> None:
     """A scatter's adjoint goes to its body at its addresses: its body at I went to position address(I)."""
     k = node.payload[1]
-    _accumulate(adj, node.args[0], rolled.gather(node, sites, node.args[1:1 + k], outer, tidied),
+    _accumulate(adj, node.args[0], gathers.gather(node, sites, node.args[1:1 + k], outer, tidied),
                 frozenset(node.args[1 + k:]))
 
 
@@ -295,7 +295,7 @@ def _cumsum_adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: di
     """Running sums hand their array the reversed running sums of theirs, read at every element (over a
     Jacobian's rows too: those are leading axes)."""
     at, (axis, reverse) = rolled.fresh_indices(node), node.payload
-    back = rolled.cumsum(rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at),
+    back = rolled.cumsum(rolled.tensor(gathers.gather(node, sites, at, outer, tidied), *outer, *at),
                          axis + len(outer), not reverse)
     every = rolled.fresh_indices(node)
     all_sites.setdefault(node.args[0], []).append((apply(ops.load, (node.args[0], *every)),

@@ -25,7 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import batching, diff, functions, ndarrays, ops, reductions, reshaping, rolled, sparsity, tracing
+from symgrad.expr import (
+    batching,
+    diff,
+    functions,
+    gathers,
+    ndarrays,
+    ops,
+    reductions,
+    reshaping,
+    rolled,
+    sparsity,
+    tracing,
+)
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, Name, TracingError, intern
 from symgrad.expr.traverse import substitute, topo_order
@@ -566,7 +578,7 @@ def _adjoint(node: Expr, sites: list, adj: dict, outer: tuple, tidied: dict, all
     """Reverse mode of a scan (``diff.ADJOINTS``): its arguments get what a scan the other way gives (``vjp``),
     read at every element (over a Jacobian's rows too: those are leading axes)."""
     at = rolled.fresh_indices(node)
-    back = rolled.tensor(rolled.gather(node, sites, at, outer, tidied), *outer, *at)
+    back = rolled.tensor(gathers.gather(node, sites, at, outer, tidied), *outer, *at)
     for arg, bar in zip(node.args, vjp(node, back, [a in active for a in node.args], diff.grad, outer)):
         if bar is not None:
             every = rolled.fresh_indices(arg)
