@@ -6,6 +6,7 @@
 [y + cos(x), x]
 """
 
+import importlib as _importlib
 import sys as _sys
 from types import ModuleType as _ModuleType
 
@@ -109,7 +110,11 @@ _Aliases({f"symgrad.{public}": f"symgrad.{real}" for public, real in {
     "pytree": "util.pytree", "tree_util": "util.pytree", "tree": "util.pytree", "numpy": "ports.numpy",
     "lax": "ports.lax", "nn": "ports.nn", "scipy": "ports.scipy", "scipy.special": "ports.scipy.special",
     "config": "ports.config", "ad_checkpoint": "ports.ad_checkpoint", "optimize": "solvers.optimize",
-    "ipopt": "solvers.ipopt"}.items()}).install()
+    "ipopt": "solvers.ipopt",
+    # where modules were before the function layer became a package: code and pickles that name them still load
+    "batched": "trace.batched", "control": "trace.control", "custom": "trace.custom", "guards": "trace.guards",
+    "sparse_rolled": "trace.sparse", "special": "expr.special", "progress": "util.progress",
+    "callmodule": "util.callmodule", "compile.loops": "compile.loop_program"}.items()}).install()
 _chunks.install("symgrad.distributed")  # Dask arrays among the data: run chunk by chunk (imports Dask when met)
 
 __version__ = "0.1.0"
@@ -124,9 +129,12 @@ __all__ = sorted(
 
 
 def __getattr__(name: str):
-    """to_sympy and from_sympy load SymPy on first use (it is half of symgrad's import time)."""
+    """to_sympy and from_sympy load SymPy on first use (it is half of symgrad's import time); sg.nn, sg.scipy
+    and sg.distributed their modules (SciPy's special functions, Dask)."""
     if name in ("to_sympy", "from_sympy"):
         from symgrad.expr import sympy_bridge
 
         return getattr(sympy_bridge, name)
+    if name in ("nn", "scipy", "distributed"):
+        return _importlib.import_module(f"symgrad.{name}")
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")

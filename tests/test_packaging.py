@@ -50,14 +50,20 @@ LAYERS = ("util", "expr", "compile", "trace")
 def test_public_module_names_are_the_modules_wherever_they_live():
     """`import symgrad.numpy as jnp`, `from symgrad.scipy.special import logsumexp`, `symgrad.tree_util`,
     `sg.optimize.Problem`: each public name is the one module (not a copy), and SciPy's special functions
-    and sparse matrices load only when used (a fresh process)."""
+    and sparse matrices load only when used (a fresh process). The modules' places before the function layer
+    became a package still import (pickles name them: symgrad.compile.loops.LoopProgram ...)."""
     script = ("import sys, symgrad as sg; assert 'scipy.special' not in sys.modules; "
               "assert 'scipy.sparse' not in sys.modules; import symgrad.numpy as jnp, symgrad.ports.numpy; "
               "import symgrad.scipy.special as ss, symgrad.ports.scipy.special as real; "
               "from symgrad.tree_util import tree_map; from symgrad import lax, nn, config, ad_checkpoint; "
               "assert jnp is symgrad.ports.numpy and ss is real and sg.scipy.special is real; "
               "assert tree_map is sg.pytree.tree_map and sg.tree is sg.pytree and nn.softmax is sg.softmax; "
-              "import symgrad.optimize, symgrad.ipopt; assert sg.optimize.minimize is sg.minimize; print('ok')")
+              "import symgrad.optimize, symgrad.ipopt; assert sg.optimize.minimize is sg.minimize; "
+              "import symgrad.batched, symgrad.compile.loops, symgrad.trace.batched, symgrad.compile.loop_program;"
+              " "
+              "assert symgrad.batched is symgrad.trace.batched and sg.compile.loops is sg.compile.loop_program; "
+              "assert sg.distributed.lazy_sum and sg.nn.softmax is sg.softmax and sg.scipy.special is real; "
+              "print('ok')")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
@@ -195,3 +201,12 @@ def test_docstrings_read_as_written_in_help_and_the_api_pages():
     assert list(inspect.signature(sg.atan2).parameters) == ["x", "y"]
     assert sg.compile.__doc__.startswith("compile(outputs") and "Compile expressions" in sg.compile.__doc__
     assert sg.parse.__doc__.startswith("parse(text")
+
+
+def test_a_trace_limit_read_where_it_no_longer_is_says_where_it_is():
+    import pytest
+
+    import symgrad.trace
+
+    with pytest.raises(AttributeError, match="symgrad.trace.limits.ROLLED_MIN"):
+        symgrad.trace.ROLLED_MIN  # noqa: B018

@@ -43,3 +43,12 @@ from symgrad.trace.record import Trace
 
 __all__ = ["Function", "Trace", "grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
            "linearize", "make_jaxpr", "value_and_grad", "vjp", "vmap"]
+
+
+def __getattr__(name: str) -> None:
+    """The trace limits live in symgrad.trace.limits, where setting one takes effect: say so."""
+    from symgrad.trace import limits
+
+    if hasattr(limits, name):
+        raise AttributeError(f"symgrad.trace.{name} is symgrad.trace.limits.{name} (read and set it there)")
+    raise AttributeError(f"module 'symgrad.trace' has no attribute {name!r}")
