@@ -245,13 +245,34 @@ class _Grid:
         self.axes = {i: k for k, i in enumerate(self.indices)}
         self.shape = tuple(i.payload[1] for i in self.indices)
 
-    def widened(self, more: list[Expr]) -> _Grid:
-        return _Grid(self.indices + tuple(i for i in more if i not in self.axes))
-
     def arange(self, i: Expr) -> np.ndarray:
         shape = [1] * len(self.indices)
         shape[self.axes[i]] = i.payload[1]
         return np.arange(i.payload[1]).reshape(shape)
+
+
+class _Widened:
+    """Some points of a grid (``kept``: their flat numbers in it) times the ranges of more indices: where
+    a leaf under a where's branch reads through a reduction's index, only the rows taking the branch
+    are widened (a concatenation's last row summing all of x: n points, not n * n)."""
+
+    def __init__(self, grid: _Grid, kept: np.ndarray, more: list[Expr]) -> None:
+        self.more, self.kept = list(more), kept
+        self.shape = (kept.size, *(i.payload[1] for i in self.more))
+        values = np.unravel_index(kept, grid.shape) if grid.indices else ()
+        self.values = dict(zip(grid.indices, values))
+
+    def arange(self, i: Expr) -> np.ndarray:
+        shape = [1] * len(self.shape)
+        if i in self.values:
+            shape[0] = self.kept.size
+            return self.values[i].reshape(shape)
+        shape[1 + self.more.index(i)] = i.payload[1]
+        return np.arange(i.payload[1]).reshape(shape)
+
+    def rows(self) -> np.ndarray:
+        """Each point's row of the grid it widens."""
+        return np.broadcast_to(self.kept.reshape((-1, *(1 for _ in self.more))), self.shape).ravel()
 
 
 _INTEGER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "mod": np.mod, "floor_divide": np.floor_divide}
@@ -285,14 +306,19 @@ def _body_deps(body: Expr, own: tuple, deps: dict, n: int) -> scipy.sparse.csr_m
 
     grid = _Grid(own)
     found = scipy.sparse.csr_matrix((int(np.prod(grid.shape)), n), dtype=bool)
+    everywhere = np.arange(int(np.prod(grid.shape)), dtype=np.int64)
     for leaf, conditions in _differentiable_leaves(body):
-        wide = grid.widened(sorted({i for a in (*leaf.args[1:], *(c for c, _ in conditions)) for i in a.free}
-                                   - set(own), key=lambda i: i.payload))
-        rows = np.ravel_multi_index(tuple(np.broadcast_to(wide.arange(i), wide.shape).ravel() for i in own),
-                                    grid.shape) if own else np.zeros(int(np.prod(wide.shape)), dtype=np.int64)
+        kept = everywhere  # (a branch of a where on indices: only where it is taken; the nest's own first)
+        for condition, holds in conditions:
+            if condition.free <= frozenset(own):
+                kept = kept[np.broadcast_to(_decided(condition, grid), grid.shape).ravel()[kept] == holds]
+        wide = _Widened(grid, kept, sorted({i for a in (*leaf.args[1:], *(c for c, _ in conditions))
+                                            for i in a.free} - set(own), key=lambda i: i.payload))
+        rows = wide.rows()
         taken = np.ones(rows.size, dtype=bool)
-        for condition, holds in conditions:  # (a branch of a where on indices: only where it is taken)
-            taken &= np.broadcast_to(_decided(condition, wide), wide.shape).ravel() == holds
+        for condition, holds in conditions:
+            if not condition.free <= frozenset(own):
+                taken &= np.broadcast_to(_decided(condition, wide), wide.shape).ravel() == holds
         if leaf.op.name == "var":
             if leaf in deps:
                 found = found + scipy.sparse.csr_matrix(
