@@ -357,6 +357,25 @@ def test_a_dense_row_under_a_where_widens_only_its_own_row():
     assert peak < 100e6, f"{peak / 1e6:.0f} MB"
 
 
+def test_a_python_branch_on_values_gives_each_branch_its_own_sparse_matrix():
+    """A Python ``if`` on a traced value: the branch another call takes has other entries (here other
+    nonzeros). Its matrix is that branch's: the rolled path's one pattern and kernels from the first branch
+    gave the wrong one silently (2.8 off); such a function takes the element path, which traces each branch."""
+    def f(x):
+        if x[0] > 0:
+            return np.sum(x[1:] * x[:-1] ** 2)
+        return np.sum(np.sin(x) * x[::-1])
+
+    def g(x):
+        return x[1:] * x[:-1] if x[0] > 0 else np.sin(x[::-1])[1:]
+
+    h, j = sg.hessian(f, sparse=True), sg.jacobian(g, sparse=True)
+    for sign in (1.0, -1.0, 1.0):
+        x = np.linspace(0.1, 1.0, 100) * sign
+        np.testing.assert_allclose(h(x).toarray(), sg.hessian(f, backend="vm")(x), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(j(x).toarray(), sg.jacobian(g, backend="vm")(x), rtol=1e-12, atol=1e-12)
+
+
 def _rolled_pair(x):
     return np.sum(np.cos(x - np.roll(x, 3)) * x ** 2) + np.sum(np.sin(x[1:] * x[:-1]))
 

@@ -58,15 +58,17 @@ class RolledSparse:
                           static_argnums=tuple(owner.static_argnums), static_argnames=tuple(owner.static_argnames),
                           backend=owner.backend)
         self.trace = trace = traced(lambda: Trace(how, args, kwargs, indexed=True))
+        if trace.guards:  # (another branch has other entries: the element path traces each branch it meets)
+            raise NotImplementedError("Python if / while on traced values: the pattern is the branch's")
         roots = plain(list(trace.derivatives if self.hessian else trace.flat))
         inputs = trace.inputs
         wrt = 0 if self.hessian else len(pytree.flatten(args[:self.argnum])[0])  # (jit's inputs: every leaf)
         vector = wrt < len(inputs) and inputs[wrt].op.name == "array" and \
             int(np.prod(inputs[wrt].shape)) == np.size(args[self.argnum])
-        self.formula, self.roots = (roots, inputs[wrt] if vector else None), roots
+        self.formula = (roots, inputs[wrt] if vector else None)
         self.backend, self.out_shape = owner.backend, [shape for _, shape in trace.outputs]
         self.direct = _Direct.made(trace, *self.formula, self.hessian, owner.backend) \
-            if len(roots) == 1 and vector and not trace.guards else None
+            if len(roots) == 1 and vector else None
         if self.direct is not None:  # (its pattern: where its formulas are read)
             self.pattern = self.direct.pattern
             return
@@ -74,9 +76,9 @@ class RolledSparse:
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if self.hessian else pattern.tocsr()
         self.pattern.sort_indices()
-        self._coloured(inputs[wrt], np.shape(args[self.argnum]))
+        self._coloured(roots, inputs[wrt])
 
-    def _coloured(self, x: Expr, shape: tuple) -> None:
+    def _coloured(self, roots: list[Expr], x: Expr) -> None:
         """The colours, and the kernels of the products that give the entries where their formulas are not
         bands: the derivative along a seed (forward mode: a Hessian-vector product of the traced gradient, a
         Jacobian-vector product of the traced outputs), and a reverse sweep for each dense Jacobian row."""
@@ -92,13 +94,13 @@ class RolledSparse:
         rows = np.repeat(np.arange(self.pattern.shape[0]), np.diff(self.pattern.indptr))
         self.at = self.colour[self.pattern.indices] * self.pattern.shape[0] + rows  # (in the products, raveled)
         t, seed = self.trace, tangent_of(x)
-        self.product = compile(object_array(symbolic.jvp(self.roots, [x], [seed])).reshape(-1), t.inputs,
+        self.product = compile(object_array(symbolic.jvp(roots, [x], [seed])).reshape(-1), t.inputs,
                                [*t.params, *t.constants, seed], self.backend) if self.colours else None
         self.reverse = None
         if dense.any():  # (a row of all the columns: one reverse sweep, not a colour a column)
             cts = [rolled.array(f"ct{k}", r.shape) if r.op.array_valued else Var(f"ct{k}")
-                   for k, r in enumerate(self.roots)]
-            total = sum(np.sum(ct * r) if r.op.array_valued else ct * r for ct, r in zip(cts, self.roots))
+                   for k, r in enumerate(roots)]
+            total = sum(np.sum(ct * r) if r.op.array_valued else ct * r for ct, r in zip(cts, roots))
             self.reverse = compile(symbolic.grad(total, [x]), t.inputs, [*t.params, *t.constants, *cts],
                                    self.backend)
 
