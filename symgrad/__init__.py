@@ -33,24 +33,9 @@ from symgrad.ports import ad_checkpoint, config, lax, numpy  # JAX's modules und
 from symgrad.ports.ad_checkpoint import checkpoint, checkpoint_name, checkpoint_policies, remat
 from symgrad.solvers import ipopt, optimize  # sg.optimize.Problem: the problem object cyipopt takes
 from symgrad.solvers.optimize import minimize
-from symgrad.trace.api import (
-    grad,
-    hessian,
-    hvp,
-    jacfwd,
-    jacobian,
-    jacrev,
-    jit,
-    jvp,
-    linearize,
-    make_jaxpr,
-    value_and_grad,
-    vjp,
-    vmap,
-)
+from symgrad.trace import *  # the transforms and Function: symgrad.trace.__all__
 from symgrad.trace.control import cond, fori_loop, switch, while_loop
 from symgrad.trace.custom import custom_jvp, custom_vjp
-from symgrad.trace.function import Function
 from symgrad.util import chunks as _chunks
 from symgrad.util import pytree
 from symgrad.util.aliases import Aliases as _Aliases

@@ -39,9 +39,9 @@ from symgrad.trace.api import (
     vmap,
 )
 from symgrad.trace.function import Function
-from symgrad.trace.record import Trace
+from symgrad.trace.record import Trace as Trace  # (symgrad.trace.Trace; not star-exported to symgrad)
 
-__all__ = ["Function", "Trace", "grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
+__all__ = ["Function", "grad", "hessian", "hvp", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
            "linearize", "make_jaxpr", "value_and_grad", "vjp", "vmap"]
 
 
