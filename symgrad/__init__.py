@@ -7,7 +7,6 @@
 """
 
 import importlib as _importlib
-import sys as _sys
 from types import ModuleType as _ModuleType
 
 from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad.compile.lower
