@@ -22,7 +22,7 @@ from symgrad.expr.indexed import array, index, max, min, sum, table, tensor, unr
 from symgrad.expr.interp import evaluate
 from symgrad.expr.node import Expr, TracingError, paused_gc
 from symgrad.expr.printing import format, latex
-from symgrad.expr.scans import scan
+from symgrad.expr.scan_function import scan
 from symgrad.expr.serialize import FormatError, dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.special import digamma, gammaln, log_softmax, logsumexp, multigammaln, polygamma, softmax

@@ -9,7 +9,7 @@ import pytest
 import scipy.optimize
 import scipy.sparse
 from graphs import VARS, dags, finite, points
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
@@ -171,6 +171,7 @@ def test_least_squares_with_the_compiled_jacobian():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**6))
+@example(1)  # (a where's branch widened over two reductions' indices: found by this test)
 def test_rolled_patterns_never_miss_a_nonzero(seed):
     """The Hessian pattern of random NumPy programs (gathers, scatters, reductions, running sums,
     scans: symgrad.fuzz), found from the rolled gradient's addresses, holds every nonzero of the

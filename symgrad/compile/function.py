@@ -21,7 +21,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from symgrad.compile import backends, loop_vm  # noqa: F401 (importing them registers their backends)
+from symgrad.compile import backends, loop_vm, scan_loops  # noqa: F401 (importing them registers their rows)
 from symgrad.compile.backends import numba_on_disk
 from symgrad.compile.kernels import REGISTRY, Kernels
 from symgrad.compile.loop_program import LoopProgram

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from symgrad.compile import fastmath, kernels, pieces, special
 from symgrad.compile.layout import Layout
 from symgrad.compile.loop_emitter import _COMBINE, _START, SLOTS, _blocked, _Emitter, _Region, folded, interleaved
 from symgrad.compile.loop_ranges import _partition, _within
 from symgrad.compile.plan import REDUCTIONS
-from symgrad.compile.schedule import Schedule, ScheduleError, Step, riders, riding, schedule, slots
+from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.rolled import index, substitute_indices
 
@@ -72,11 +74,9 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
     for r, start in places:
         if not r.op.array_valued:
             top.lines.append(f"out[{start}] = {emitter.value(r, top)}")
-        elif r.op.name in ("array", "scan"):  # an input as it is (the gradient of a linear function)
+        elif filler.at_out.get(r) != start:  # an input as it is (a linear function's gradient), an array
+            # in a buffer of its own (a scan's carries) or the same array again: a copy
             top.lines += _copied(emitter, "out", start, buffers[r], math.prod(r.shape))
-        elif start != out_offsets[r]:  # the same array again: a copy of where it was computed
-            size, first = math.prod(r.shape), out_offsets[r]
-            top.lines += _copied(emitter, "out", start, f"out[{first}:{first + size}]", size)
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
     body = _library_where_scalar(lines + top.lines + [f"return {ret}"])
     nx, np_ = len(Layout(inputs)), len(Layout(params))
@@ -133,6 +133,7 @@ class _Filler:
 
     def __init__(self, emitter: _Emitter, head: list[str], out_offsets: dict) -> None:
         self.emitter, self.buffers, self.head, self.out_offsets = emitter, emitter.buffers, head, out_offsets
+        self.at_out: dict[Expr, int] = {}  # an array computed in its slice of out -> where that starts
 
     def place(self, node: Expr, sched: Schedule, top: _Region, homes: dict) -> None:
         """The buffer of the array ``node``: its owner's (schedule.home), a scan's row (``homes``), its
@@ -144,70 +145,67 @@ class _Filler:
             where = homes.get(owner)
             if where is None:
                 view = self.emitter.take(size) if start is None else f"out[{start}:{start + size}]"
+                if start is not None:
+                    self.at_out[owner] = start
                 where = f"{view}.reshape({owner.shape!r})"
             top.lines.append(f"{self.buffers[owner]} = {where}")
         self.buffers[node] = self.buffers[owner]
 
     def arrays(self, sched: Schedule, top: _Region, homes: dict | None = None) -> None:
         """The loops of the steps of ``sched``, filling its arrays."""
-        buffers, emitter, homes = self.buffers, self.emitter, homes or {}
+        buffers, homes = self.buffers, homes or {}
         for t in (n for n in sched.order if n.op.name == "table" and n not in buffers):
             buffers[t] = f"TABLE{len(self.head)}"
             self.head.append(f"{buffers[t]} = np.array({list(t.payload[1])}, dtype=np.int64).reshape("
                              f"{tuple(t.payload[0])!r})")
         ride = riders(sched.order)
         for step in sched.steps:
-            nodes = [n for n in step.nodes if n not in sched.fused]  # (computed in the running sums' loop)
-            if step.kind == "scan":
-                self.scan(step, top)
-                continue
-            for node in nodes:
-                self.place(node, sched, top, homes)
-            if step.kind == "dot":
-                top.lines += _dot(nodes[0], buffers, emitter)
-            elif step.kind == "running":
-                _running(nodes[0], buffers, emitter, top, sched.fused)
-            elif step.kind == "zero":
-                top.lines.append(f"{buffers[nodes[0]]}[...] = 0.0")
-            elif nodes:  # fill, add
-                _materialise(nodes + riding(ride, nodes), buffers, emitter, top)
+            STEP_SOURCE[step.kind](self, step, _Scope(sched, top, homes, ride))
 
-    def scan(self, scan_step: Step, top: _Region) -> None:
-        """A loop over the steps around the step's loops: row 0 of the carries holds the initial one
-        (row n reversed), the step reads the row before and writes the next (rows views)."""
-        node, inner = scan_step.nodes[0], scan_step.inner
-        length, reverse, step = node.payload
-        init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
-        size, emitter, buffers = math.prod(init.shape), self.emitter, self.buffers
-        at, full = emitter.work, emitter.fresh("s")
-        buffers[node] = full
-        top.lines.append(f"{full} = {emitter.take((length + 1) * size)}.reshape({node.shape!r})")
-        top.lines += _copied(emitter, "work", at + length * size if reverse else at, buffers[init], size)
-        for n in inner.order:  # a step equal to an earlier scan's (hash-consed) fills this scan's rows
-            if n.op.name != "table":
-                buffers.pop(n, None)
-        t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
-        before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
-        for placeholder, source in ((step.carry, f"{full}[{before}]"),
-                                    *((p, f"{buffers[a]}[{t}]") for p, a in zip(step.xs, rows))):
-            buffers[placeholder] = emitter.fresh("b")
-            body.lines.append(f"{buffers[placeholder]} = {source}")
-        buffers.update(zip(step.consts, (buffers[a] for a in consts)))
-        result = inner.outputs[0]
-        self.arrays(inner, body, {result: f"{full}[{after}]"})
-        if result.op.name in ("array", "table"):  # planned away (a copy of a row or of the carry)
-            body.lines += _copied(emitter, "work", f"{at} + ({after}) * {size}", buffers[result], size)
-        elif f"{buffers[result]} = {full}[{after}]" not in body.lines:
-            raise ScheduleError(f"the loops of {str(node)[:80]} do not write its rows (its step fills "
-                                f"{buffers[result]})")
-        if reverse:  # counted up, the step read through a max LLVM cannot see through: over a loop
-            # counting down, LLVM (22) hoists the step loops' alias checks out of it, they fail, and
-            # the loops run unvectorised (an ODE's gradient: 4.1 ms where 0.55)
-            k = emitter.fresh("i")
-            top.lines += [f"for {k} in range({length}):", f"    {t} = max({length - 1} - {k}, -work.shape[0])"]
-        else:
-            top.lines.append(f"for {t} in range({length}):")
-        top.lines += ["    " + line for line in body.lines]
+    def placed(self, step: Step, at: _Scope) -> list[Expr]:
+        """The arrays ``step`` computes, each given its buffer, but those the running sums' loop
+        computes itself (schedule.fused)."""
+        nodes = [n for n in step.nodes if n not in at.sched.fused]
+        for node in nodes:
+            self.place(node, at.sched, at.top, at.homes)
+        return nodes
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """Where a step's loops go: its schedule, the region of its lines, the rows of a scan's
+    carries (``homes``) and the scalar reductions still to join a loop (``ride``)."""
+
+    sched: Schedule
+    top: _Region
+    homes: dict
+    ride: list
+
+
+def _nest_source(filler: _Filler, step: Step, at: _Scope) -> None:
+    """A fill's or an add's loop nest, with the reductions that ride along."""
+    nodes = filler.placed(step, at)
+    if nodes:
+        _materialise(nodes + riding(at.ride, nodes), filler.buffers, filler.emitter, at.top)
+
+
+def _zero_source(filler: _Filler, step: Step, at: _Scope) -> None:
+    at.top.lines += [f"{filler.buffers[n]}[...] = 0.0" for n in filler.placed(step, at)]
+
+
+def _dot_source(filler: _Filler, step: Step, at: _Scope) -> None:
+    at.top.lines += _dot(filler.placed(step, at)[0], filler.buffers, filler.emitter)
+
+
+def _running_source(filler: _Filler, step: Step, at: _Scope) -> None:
+    nodes = filler.placed(step, at)
+    _running(nodes[0], filler.buffers, filler.emitter, at.top, at.sched.fused)
+
+
+# A step's kind -> the lines computing it (the scan's row: scan_loops.py).
+STEP_SOURCE: dict[str, Callable[[_Filler, Step, _Scope], None]] = {
+    "fill": _nest_source, "add": _nest_source, "zero": _zero_source, "dot": _dot_source,
+    "running": _running_source}
 
 
 def _copied(emitter: _Emitter, memory: str, start: int | str, source: str, size: int) -> list[str]:

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -402,61 +403,43 @@ class _Lowering:
 
     def arrays(self, sched: Schedule, top: _Region) -> None:
         """The rows of the steps of ``sched``, filling its arrays."""
-        buffers, emitter, ints = self.buffers, self.emitter, self.ints
-        for t in (n for n in sched.order if n.op.name == "table" and n not in buffers):
-            buffers[t] = (TABLES, len(self.tables))
+        for t in (n for n in sched.order if n.op.name == "table" and n not in self.buffers):
+            self.buffers[t] = (TABLES, len(self.tables))
             self.tables += map(float, t.payload[1])
         along = riders(sched.order)
         for step in sched.steps:
-            if step.kind == "scan":
-                self.scan(step, top)
-                continue
-            node = step.nodes[0]
-            for n in step.nodes:
-                self.place(n, sched)
-            if step.kind == "dot":
-                ints += _dot_operands(node, buffers)
-                top.lines.append((DOT, 0, len(ints) - 16, 0, 0, 0))
-            elif step.kind == "running":
-                ints += _scan_operands(node, buffers)
-                top.lines.append((SCAN, 0, len(ints) - 8, 0, 0, 0))
-            elif step.kind == "zero":
-                top.lines.append((ZERO, 0, *buffers[node], math.prod(node.shape), 0))
-            else:  # fill, add
-                _nest(list(step.nodes), emitter, top, along)
+            STEP_ROWS[step.kind](self, step, sched, top, along)
 
-    def scan(self, scan_step: Step, top: _Region) -> None:
-        """A loop over the steps: the carry before and each stacked input's row copied into the
-        step's buffers, the step's rows, the carry after copied into its row (rows 1..n of the
-        carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one)."""
-        node, inner = scan_step.nodes[0], scan_step.inner
-        length, reverse, step = node.payload
-        init, stacks, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
-        size, buffers = math.prod(init.shape), self.buffers
-        _, w = self.take((length + 1) * size)
-        buffers[node] = (WORK, w)
-        first = w + length * size if reverse else w
-        top.lines.append((COPY, buffers[init][1], buffers[init][0], first, WORK, size))
-        self.emitter.slots += 1
-        counter, body = self.emitter.slots, _Region(None, frozenset(), {})
+    def placed(self, step: Step, sched: Schedule) -> Expr:
+        """The first array ``step`` computes, each given its buffer."""
+        for n in step.nodes:
+            self.place(n, sched)
+        return step.nodes[0]
 
-        def row(source: tuple, stride: int, destination: tuple, stride_to: int, n: int) -> None:
-            self.ints += [*source, stride, *destination, stride_to, n, counter]
-            body.lines.append((ROWS, 0, len(self.ints) - 8, 0, 0, 0))
 
-        def step_row(base: tuple, n: int) -> tuple:  # (memory, offset of row 0 of the steps, stride)
-            return ((base[0], base[1] + (length - 1) * n), -n) if reverse else (base, n)
+def _nest_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, along: list) -> None:
+    lowering.placed(step, sched)
+    _nest(list(step.nodes), lowering.emitter, top, along)
 
-        carries = step_row((WORK, w + size if reverse else w), size)
-        rows = [(p, step_row(buffers[a], math.prod(p.shape))) for p, a in zip(step.xs, stacks)]
-        for placeholder, (src, stride) in [(step.carry, carries), *rows]:
-            buffers[placeholder] = self.take(math.prod(placeholder.shape))
-            row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
-        buffers.update(zip(step.consts, (buffers[a] for a in consts)))
-        self.arrays(inner, body)
-        after, stride = step_row((WORK, w if reverse else w + size), size)
-        row(buffers[inner.outputs[0]], 0, after, stride, size)
-        top.lines.append(("loop", counter, length, body.lines))
+
+def _zero_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, along: list) -> None:
+    node = lowering.placed(step, sched)
+    top.lines.append((ZERO, 0, *lowering.buffers[node], math.prod(node.shape), 0))
+
+
+def _dot_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, along: list) -> None:
+    lowering.ints += _dot_operands(lowering.placed(step, sched), lowering.buffers)
+    top.lines.append((DOT, 0, len(lowering.ints) - 16, 0, 0, 0))
+
+
+def _running_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, along: list) -> None:
+    lowering.ints += _scan_operands(lowering.placed(step, sched), lowering.buffers)
+    top.lines.append((SCAN, 0, len(lowering.ints) - 8, 0, 0, 0))
+
+
+# A step's kind -> the rows computing it (the scan's row: scan_loops.py).
+STEP_ROWS: dict[str, Callable[[_Lowering, Step, Schedule, _Region, list], None]] = {
+    "fill": _nest_rows, "add": _nest_rows, "zero": _zero_rows, "dot": _dot_rows, "running": _running_rows}
 
 
 def _nest(group: list[Expr], emitter: _Lanes, top: _Region, riders: list) -> None:

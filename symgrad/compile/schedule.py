@@ -5,13 +5,14 @@ that tensor's), and the checker every schedule passes before any backend runs it
 Steps: "fill" (tensors over the same ranges in one loop nest), "zero" (a buffer scatters add into),
 "add" (scatters over the same ranges in one nest, adding at their addresses), "dot" (a BLAS
 product), "running" (running sums), "scan" (a loop over a scan's steps around its step's own
-schedule). The compiled loops (loop_source.py) and the loop VM (loop_vm.py) translate the same steps.
+schedule, registered in scan_loops.py). The compiled loops (loop_source.py) and the loop VM
+(loop_vm.py) translate the same steps, each kind by a row of its table.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from symgrad.compile.plan import REDUCTIONS, loop_body, plan
@@ -64,12 +65,10 @@ def schedule(outputs: list[Expr]) -> Schedule:
     units = _units(order, products, outputs)
     steps, home = [], {}
     for kind, nodes in units:
-        if kind in ("tensors", "product", "cumsum"):
-            steps.append(Step({"tensors": "fill", "product": "dot", "cumsum": "running"}[kind], tuple(nodes)))
-        elif kind == "scan":
-            steps.append(Step("scan", tuple(nodes), schedule([nodes[0].payload[2].body])))
-        elif kind == "scatter":
-            steps += [Step("zero", tuple(nodes)), Step("add", tuple(nodes))]
+        if kind in ("tensors", "product"):
+            steps.append(Step("fill" if kind == "tensors" else "dot", tuple(nodes)))
+        elif kind in OWN_STEPS:
+            steps += OWN_STEPS[kind](nodes[0])
         else:  # a tensor whose body adds scatters: the rest of its body first (or zeros), then each adds
             total, rest, scatters = nodes[0], nodes[1], nodes[2:]
             if rest is None:
@@ -85,10 +84,17 @@ def schedule(outputs: list[Expr]) -> Schedule:
     return done
 
 
+# An array op filled by steps of its own rather than by a tensor's loop nest: its name -> its steps. Each
+# backend translates a kind of step by its own table (loop_source.STEP_SOURCE, loop_vm.STEP_ROWS); a
+# scan's rows are registered with its backends' in scan_loops.py.
+OWN_STEPS: dict[str, Callable[[Expr], list[Step]]] = {
+    "scatter": lambda node: [Step("zero", (node,)), Step("add", (node,))],
+    "cumsum": lambda node: [Step("running", (node,))],
+}
+
+
 def _reads(step: Step) -> set:
     """The arrays ``step`` reads."""
-    if step.kind in ("running", "scan"):
-        return set(step.nodes[0].args)
     return set().union(*(loaded(n) for n in step.nodes)) if step.kind != "zero" else set()
 
 
@@ -247,7 +253,7 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
     units: list[tuple[str, list]] = []
     unit_of: dict[Expr, int] = {}
     for node in order:
-        if node.op.name not in ("tensor", "scatter", "cumsum", "scan") or node in hidden:
+        if not (node.op.name == "tensor" or node.op.name in OWN_STEPS) or node in hidden:
             continue
         parts = [node, *(p for p in accumulating.get(node, ()) if p is not None)]
         after = max((unit_of.get(a, -1) for p in parts for a in loaded(p)), default=-1)
@@ -258,7 +264,7 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
             units[home][1].append(node)
         else:
             kind = ("product" if node in products else "accumulate" if node in accumulating else
-                    node.op.name if node.op.name in ("scatter", "cumsum", "scan") else "tensors")
+                    node.op.name if node.op.name in OWN_STEPS else "tensors")
             units.append((kind, [node, *accumulating.get(node, ())]))
             home = len(units) - 1
         unit_of[node] = home
@@ -329,7 +335,8 @@ def row_read(n: Expr) -> Expr | None:
 
 
 def loaded(node: Expr) -> set:
-    """The arrays a tensor's body reads (not through other arrays: those have their own loops)."""
-    if node.op.name in ("cumsum", "scan"):
+    """The arrays a tensor's or scatter's body reads (not through other arrays: those have their own
+    loops); the arrays another array op (running sums, a scan) reads whole."""
+    if node.op.name not in ("tensor", "scatter"):
         return set(node.args)
     return {n.args[0] for n in loop_body(node) if n.op.name == "load"}

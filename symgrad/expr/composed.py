@@ -196,7 +196,7 @@ def kron(a: Any, b: Any) -> Any:
 def accumulate(kind: str, a: Expr, axis: Any = None) -> Expr:
     """The running product, maximum or minimum along ``axis`` (the flattened array: None): NumPy's
     ``np.cumprod``, ``np.maximum.accumulate``, ``np.minimum.accumulate``, as a scan over the axis."""
-    from symgrad.expr.scans import scan  # (scans builds on ndarrays, as this module)
+    from symgrad.expr.scan_function import scan  # (scan_function builds on ndarrays, as this module)
 
     if axis is None:
         a, axis = reshape(a, -1), 0

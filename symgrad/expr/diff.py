@@ -48,10 +48,11 @@ def _active(order: list[Expr], wrt: list[Expr]) -> set[Expr]:
 
 
 def _partial(node: Expr, i: int) -> Expr | None:
-    """d node / d node.args[i] from the op table (a custom node's: from its rule); None when it is
+    """d node / d node.args[i] from the op table (or by the op's row of ``PARTIALS``); None when it is
     identically zero."""
-    if node.op is ops.custom:
-        return custom.partial(node, i)
+    own = PARTIALS.get(node.op.name)
+    if own is not None:
+        return own(node, i)
     rule = node.op.partials[i]
     if rule is None:
         return None
@@ -233,7 +234,8 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
                 _accumulate(adj, body, masks.product(node, g, _tie_share(node, body, indices)),
                             node.free.union(indices).difference(outer))
             continue
-        cts = custom.cotangents(node, g) if name == "custom" else None
+        rule = COTANGENTS.get(name)
+        cts = rule(node, g) if rule is not None else None
         if cts is not None:  # (a rule no partials give: clipping the cotangent)
             for arg, c in zip(node.args, cts):
                 if c is not None and arg in active:
@@ -310,6 +312,11 @@ MASKING = {"where", "table"}
 # op add its row here (scans.py: scan), as they do their batching rule (batching.RULES).
 ADJOINTS: dict[str, Callable] = {"array": _input_adjoint, "tensor": _tensor_adjoint, "scatter": _scatter_adjoint,
                                  "cumsum": _cumsum_adjoint}
+# Scalar ops whose derivatives come by rules of their own, not the op table's partials, by name:
+# (node, i) -> d node / d node.args[i] (None: zero); (node, its adjoint) -> its arguments' cotangents
+# (None: from the partials). custom_jvp / custom_vjp nodes, whose rules are the user's (custom.py).
+PARTIALS: dict[str, Callable] = {"custom": custom.partial}
+COTANGENTS: dict[str, Callable] = {"custom": custom.cotangents}
 # Forward mode of array-valued ops that are not linear in their first argument, by name: (node, the
 # tangents so far) -> None, setting the node's tangent if any of its arguments has one (scans.py: scan).
 TANGENTS: dict[str, Callable] = {}

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from symgrad.expr import rolled
 from symgrad.expr.build import apply
-from symgrad.expr.node import Expr, TracingError
+from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import _like, to_flat
 
@@ -44,7 +45,7 @@ def dumps(exprs: Any, indent: int | None = None) -> str:
         raise FormatError("a custom_jvp / custom_vjp function's rule is Python code, which a document cannot "
                           "hold: save its derivatives (sg.grad ...) or sg.compile the function")
     doc = {"format": FORMAT, "version": VERSION, "kind": kind,
-           "nodes": [[name, float(p).hex() if name == "const" else _step_doc(p) if name == "scan" else p,
+           "nodes": [[name, float(p).hex() if name == "const" else PAYLOADS[name][0](p) if name in PAYLOADS else p,
                       list(args)] for name, p, args in nodes],
            "outputs": outputs}
     if kind == "dict":
@@ -54,48 +55,9 @@ def dumps(exprs: Any, indent: int | None = None) -> str:
     return json.dumps(doc, indent=indent, ensure_ascii=False)
 
 
-def _step_doc(payload: tuple) -> list:
-    """A scan's payload: length, reversed, the step's graph (a document of its own: body, carry
-    placeholder, then the stacked and the whole inputs' placeholders) and how many are stacked.
-    Placeholders are written by their roles' names (``scan#c``, ``scan#x0``, ``scan#k0``)."""
-    length, reverse, step = payload
-    return [length, reverse, json.loads(dumps([step.body, step.carry, *step.xs, *step.consts])), len(step.xs)]
-
-
-_SCAN_FORM = ("a scan's payload is [length >= 1, reversed, the step's document (body, carry, placeholders), "
-              "number of stacked inputs], matching its arguments")
-
-
-def _scan(k: int, payload: Any, arguments: tuple) -> Expr:
-    """A scan node read back: its step's document loaded (placeholders by role only) and the node
-    built by ``scans.make``, the constructor sg.scan uses, which checks the shapes."""
-    from symgrad.expr import scans
-
-    if not (isinstance(payload, list) and len(payload) == 4 and type(payload[0]) is int and payload[0] >= 1
-            and type(payload[1]) is bool and isinstance(payload[2], dict) and type(payload[3]) is int
-            and 0 <= payload[3] < len(arguments)):
-        raise FormatError(f"symgrad JSON: node {k} is malformed: {_SCAN_FORM}")
-    length, reverse, n = payload[0], payload[1], payload[3]
-    parts = _load(json.dumps(payload[2]), step=True)
-    roles = ["scan#c", *(f"scan#x{j}" for j in range(n)), *(f"scan#k{j}" for j in range(len(arguments) - 1 - n))]
-    if not isinstance(parts, list) or len(parts) != len(arguments) + 1 or any(
-            not scans.is_placeholder(p) or p.payload[0] != scans.Name(r) for p, r in zip(parts[1:], roles)):
-        raise FormatError(f"symgrad JSON: node {k}: the step's document must list its body, then the "
-                          f"placeholders {roles[:4]}{'...' if len(roles) > 4 else ''} in that order")
-    body, carry, places = parts[0], parts[1], parts[2:]
-    bound = list(zip(places[n:], arguments[1 + n:]))
-    for p, a in bound:
-        if p.shape != a.shape:
-            raise FormatError(f"symgrad JSON: node {k}: the step reads {p} of shape {p.shape} as {_line(a)} of "
-                              f"shape {a.shape}")
-    try:
-        node = scans.make(body, carry, arguments[0], list(zip(places[:n], arguments[1:1 + n])), bound, reverse,
-                          length)
-    except (ValueError, TypeError, TracingError) as e:
-        raise FormatError(f"symgrad JSON: node {k} (scan): {_line(e)}") from None
-    if node.payload[0] != length or len(node.args) != len(arguments):
-        raise FormatError(f"symgrad JSON: node {k} is malformed: {_SCAN_FORM}")
-    return node
+# An op whose payload is a graph of its own (a scan's step) -> (write, read): the entry's payload from
+# the node's, and the node from (its position, the entry's payload, its arguments). Its module registers it.
+PAYLOADS: dict[str, tuple[Callable[[Any], Any], Callable[[int, Any, tuple], Expr]]] = {}
 
 
 def loads(text: str | bytes) -> Any:
@@ -110,17 +72,23 @@ def loads(text: str | bytes) -> Any:
     >>> sg.loads(sg.dumps(x ** 2 + 1)) is x ** 2 + 1
     True
     """
-    return _load(text)
+    return load_graph(text)
 
 
-def _load(text: Any, step: bool = False) -> Any:
-    """``loads``; ``step``: the document of a scan's step, whose arrays are its placeholders."""
+def load_graph(text: Any, placeholder: Callable[[str, tuple], Expr] | None = None) -> Any:
+    """``loads``, or with ``placeholder`` a graph nested in a node's payload (a scan's step), whose
+    arrays are made by ``placeholder(name, shape)`` and which holds no variable nor nested graph.
+
+    >>> import symgrad as sg
+    >>> load_graph(sg.dumps(sg.Var("x") + 1))
+    x + 1
+    """
     try:
         if isinstance(text, bytes | bytearray):
             text = bytes(text).decode("utf-8")
         if not isinstance(text, str):
             raise TypeError(f"expected str or bytes, got {type(text).__name__}")
-        doc, built = _Reader(text, step).document()
+        doc, built = _Reader(text, placeholder).document()
     except FormatError:
         raise
     except (ValueError, TypeError, UnicodeError, OverflowError) as e:
@@ -145,8 +113,8 @@ _HEX = re.compile(r"-?(0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]{1,5}|inf|nan)")
 class _Reader:
     """The document's top-level object read key by key, its ``nodes`` entry node by node."""
 
-    def __init__(self, text: str, step: bool = False) -> None:
-        self.text, self.pos, self.step = text, 0, step
+    def __init__(self, text: str, placeholder: Callable | None = None) -> None:
+        self.text, self.pos, self.placeholder = text, 0, placeholder
         self.decoder = json.JSONDecoder(parse_int=_bounded_int)
 
     def skip(self, char: str | None = None) -> str:
@@ -191,7 +159,7 @@ class _Reader:
         while self.skip() != "]":
             if built:
                 self.skip(",")
-            built.append(_node(len(built), self.value(), built, self.step))
+            built.append(_node(len(built), self.value(), built, self.placeholder))
         self.skip("]")
 
 
@@ -236,8 +204,8 @@ def _outputs(doc: dict, built: list[Expr]) -> Any:
                       "writes")
 
 
-def _node(k: int, entry: Any, built: list[Expr], step: bool = False) -> Expr:
-    """Node ``k``, checked and built from earlier ones (``step``: in a scan's step's document)."""
+def _node(k: int, entry: Any, built: list[Expr], placeholder: Callable | None = None) -> Expr:
+    """Node ``k``, checked and built from earlier ones (``placeholder``: in a nested graph's document)."""
     if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
         raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): expected "
                           "[op, payload, [args]]")
@@ -254,7 +222,7 @@ def _node(k: int, entry: Any, built: list[Expr], step: bool = False) -> Expr:
         raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): {name} takes "
                           f"{op.arity if op.arity >= 0 else f'{_MIN_ARGS.get(name, 2)} or more'} argument(s), "
                           f"got {len(args)}")
-    if step and name in ("var", "scan"):  # (what a step reads from outside is among its placeholders)
+    if placeholder and (name == "var" or name in PAYLOADS):  # (what it reads from outside: its placeholders)
         raise FormatError(f"symgrad JSON: node {k}: a scan's step holds no {name}: it reads only its placeholders")
     arguments = tuple(built[i] for i in args)
     _check_arguments(k, name, arguments)
@@ -264,22 +232,27 @@ def _node(k: int, entry: Any, built: list[Expr], step: bool = False) -> Expr:
         if not (isinstance(payload, str) and payload and payload.isprintable()):
             raise FormatError(f"symgrad JSON: node {k} is malformed ({str(entry)[:80]}): a variable needs a "
                               "printable name")
-    elif name == "scan":
-        return _scan(k, payload, arguments)
+    elif name in PAYLOADS:
+        return PAYLOADS[name][1](k, payload, arguments)
     elif name in _ROLLED_FORMS:
         payload = _rolled_payload(k, name, payload)
     elif payload is not None and not (name == "load" and payload == "guarded"):
         raise FormatError(f"symgrad JSON: node {k} ({name}) has a payload {str(payload)[:40]}; only var, const, "
                           "index, array, table, scatter, cumsum, scan and guarded loads have one")
     try:  # rolled nodes are built through their checked constructors: ranges, bound indices
-        return _built(name, op, arguments, payload, step)
+        return _built(name, op, arguments, payload, placeholder)
     except (TypeError, ValueError, IndexError, OverflowError) as e:
-        raise FormatError(f"symgrad JSON: node {k} ({name}): {_line(e)}") from None
+        raise FormatError(f"symgrad JSON: node {k} ({name}): {one_line(e, 200)}") from None
 
 
-def _line(e: Exception) -> str:
-    """A constructor's error as one short line (its message may print expressions over several)."""
-    return " ".join(str(e).split())[:200]
+def one_line(thing: Any, width: int = 60) -> str:
+    """``thing`` (an expression, an error) printed on one line (a let-form's lines joined), cut at
+    ``width`` characters: a message's part.
+
+    >>> one_line(ValueError("not  a   graph"), 9)
+    'not a gra'
+    """
+    return " ".join(str(thing).split())[:width]
 
 
 _MIN_ARGS = {"scan": 1, "scatter": 3}  # (other ops of any arity: loads, tensors take at least 2)
@@ -304,14 +277,14 @@ def _check_arguments(k: int, name: str, arguments: tuple) -> None:
         if name in ("tensor", "scatter", "sum", "max", "min") else ()
     for a in scalars:
         if a.op.array_valued:
-            raise FormatError(f"symgrad JSON: node {k} ({name}) takes scalars, got the array {_line(a)}")
+            raise FormatError(f"symgrad JSON: node {k} ({name}) takes scalars, got the array {one_line(a)}")
     if name == "as_index" and not (arguments[1].op.name == "const" and float(arguments[1].payload).is_integer()
                                    and 1 <= arguments[1].payload < 2 ** 62):
         raise FormatError(f"symgrad JSON: node {k} (as_index) needs a positive integer bound, got "
-                          f"{_line(arguments[1])}")
+                          f"{one_line(arguments[1])}")
 
 
-def _built(name: str, op: Any, arguments: tuple, payload: Any, step: bool) -> Expr:
+def _built(name: str, op: Any, arguments: tuple, payload: Any, placeholder: Callable | None) -> Expr:
     """A node built by the constructor that checks it (rolled nodes), else by ``apply``."""
     if name == "load":
         return rolled.subscript(arguments[0], arguments[1:], guarded=payload == "guarded")
@@ -326,25 +299,11 @@ def _built(name: str, op: Any, arguments: tuple, payload: Any, step: bool) -> Ex
         if not shape or n_addresses != len(shape) or min(shape) < 1:
             raise ValueError(f"a scatter's shape must be positive sizes, one per address, got {list(shape)}")
         return rolled.scatter(arguments[0], arguments[1:1 + n_addresses], arguments[1 + n_addresses:], shape)
-    if name == "array" and step:
-        return _placeholder(*payload)
+    if name == "array" and placeholder:
+        return placeholder(*payload)
     if name in _ROLLED_LEAVES:
         return _ROLLED_LEAVES[name](*payload)
     return apply(op, arguments, payload)
-
-
-_ROLE = re.compile(r"scan#(c|x[0-9]{1,6}|k[0-9]{1,6})")
-
-
-def _placeholder(name: str, shape: tuple) -> Expr:
-    """An array in a step's document: one of the step's placeholders, named by its role."""
-    from symgrad.expr import scans
-
-    rolled.array(name, shape)  # (the checks of any array's name and shape)
-    if not _ROLE.fullmatch(name):
-        raise ValueError(f"a scan's step reads only its placeholders (scan#c, scan#x0, scan#k0, ...), not the "
-                         f"array {name[:40]!r}")
-    return scans.reserved(name, shape)
 
 
 _ROLLED_LEAVES = {"index": rolled.index, "array": rolled.array,
@@ -379,7 +338,3 @@ def _rolled_payload(k: int, name: str, payload: Any) -> tuple:
 _ROLLED_FORMS = {"index": "[name, size]", "array": "[name, [shape]]", "table": "[[shape], [integer values]]",
                  "scatter": "[[shape], number of addresses]", "cumsum": "[axis, reversed]"}
 
-
-def _line(e: Expr) -> str:
-    """``e`` printed on one line (a let-form's lines joined), at most 60 characters: a message's part."""
-    return " ".join(str(e).split())[:60]

@@ -267,7 +267,7 @@ class _Widened:
         if i in self.values:
             shape[0] = self.kept.size
             return self.values[i].reshape(shape)
-        shape[1 + self.more.index(i)] = i.payload[1]
+        shape[1 + next(k for k, m in enumerate(self.more) if m is i)] = i.payload[1]  # (list.index: ==)
         return np.arange(i.payload[1]).reshape(shape)
 
     def rows(self) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr.functions import FUNCS
-from symgrad.expr.scans import scan
+from symgrad.expr.scan_function import scan
 from symgrad.trace.control import cond, fori_loop, switch, while_loop
 from symgrad.util import pytree
 

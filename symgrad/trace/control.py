@@ -18,7 +18,7 @@ import numpy as np
 
 from symgrad.expr import tracing
 from symgrad.expr.node import Expr, TracingError
-from symgrad.expr.scans import scan
+from symgrad.expr.scan_function import scan
 from symgrad.util import pytree
 
 

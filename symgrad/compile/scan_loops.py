@@ -1,0 +1,98 @@
+"""A scan in the loop compiler: its schedule step (a loop over the steps around its step's own
+schedule) and that step in each loop backend, the compiled loops' source and the loop VM's rows,
+registered in their tables (schedule.OWN_STEPS, loop_source.STEP_SOURCE, loop_vm.STEP_ROWS).
+The scan op itself, its derivatives and batching live in expr/scans.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+from symgrad.compile import loop_source, loop_vm
+from symgrad.compile.loop_emitter import _Region
+from symgrad.compile.loop_source import _copied, _Filler, _Scope
+from symgrad.compile.loop_vm import COPY, ROWS, WORK, _Lowering
+from symgrad.compile.schedule import OWN_STEPS, Schedule, ScheduleError, Step, schedule
+from symgrad.expr.node import Expr
+
+
+def _steps(node: Expr) -> list[Step]:
+    """The scan's one step, holding the schedule of its step's body."""
+    return [Step("scan", (node,), schedule([node.payload[2].body]))]
+
+
+def _source(filler: _Filler, scan_step: Step, at: _Scope) -> None:
+    """A loop over the steps around the step's loops: row 0 of the carries holds the initial one
+    (row n reversed), the step reads the row before and writes the next (rows views)."""
+    node, inner, top = scan_step.nodes[0], scan_step.inner, at.top
+    length, reverse, step = node.payload
+    init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
+    size, emitter, buffers = math.prod(init.shape), filler.emitter, filler.buffers
+    start, full = emitter.work, emitter.fresh("s")
+    buffers[node] = full
+    top.lines.append(f"{full} = {emitter.take((length + 1) * size)}.reshape({node.shape!r})")
+    top.lines += _copied(emitter, "work", start + length * size if reverse else start, buffers[init], size)
+    for n in inner.order:  # a step equal to an earlier scan's (hash-consed) fills this scan's rows
+        if n.op.name != "table":
+            buffers.pop(n, None)
+    t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
+    before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
+    for placeholder, source in ((step.carry, f"{full}[{before}]"),
+                                *((p, f"{buffers[a]}[{t}]") for p, a in zip(step.xs, rows))):
+        buffers[placeholder] = emitter.fresh("b")
+        body.lines.append(f"{buffers[placeholder]} = {source}")
+    buffers.update(zip(step.consts, (buffers[a] for a in consts)))
+    result = inner.outputs[0]
+    filler.arrays(inner, body, {result: f"{full}[{after}]"})
+    if result.op.name in ("array", "table"):  # planned away (a copy of a row or of the carry)
+        body.lines += _copied(emitter, "work", f"{start} + ({after}) * {size}", buffers[result], size)
+    elif f"{buffers[result]} = {full}[{after}]" not in body.lines:
+        raise ScheduleError(f"the loops of {str(node)[:80]} do not write its rows (its step fills "
+                            f"{buffers[result]})")
+    if reverse:  # counted up, the step read through a max LLVM cannot see through: over a loop
+        # counting down, LLVM (22) hoists the step loops' alias checks out of it, they fail, and
+        # the loops run unvectorised (an ODE's gradient: 4.1 ms where 0.55)
+        k = emitter.fresh("i")
+        top.lines += [f"for {k} in range({length}):", f"    {t} = max({length - 1} - {k}, -work.shape[0])"]
+    else:
+        top.lines.append(f"for {t} in range({length}):")
+    top.lines += ["    " + line for line in body.lines]
+
+
+def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, along: list) -> None:
+    """A loop over the steps: the carry before and each stacked input's row copied into the
+    step's buffers, the step's rows, the carry after copied into its row (rows 1..n of the
+    carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one)."""
+    node, inner = scan_step.nodes[0], scan_step.inner
+    length, reverse, step = node.payload
+    init, stacks, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
+    size, buffers = math.prod(init.shape), lowering.buffers
+    _, w = lowering.take((length + 1) * size)
+    buffers[node] = (WORK, w)
+    first = w + length * size if reverse else w
+    top.lines.append((COPY, buffers[init][1], buffers[init][0], first, WORK, size))
+    lowering.emitter.slots += 1
+    counter, body = lowering.emitter.slots, _Region(None, frozenset(), {})
+
+    def row(source: tuple, stride: int, destination: tuple, stride_to: int, n: int) -> None:
+        lowering.ints += [*source, stride, *destination, stride_to, n, counter]
+        body.lines.append((ROWS, 0, len(lowering.ints) - 8, 0, 0, 0))
+
+    def step_row(base: tuple, n: int) -> tuple:  # (memory, offset of row 0 of the steps, stride)
+        return ((base[0], base[1] + (length - 1) * n), -n) if reverse else (base, n)
+
+    carries = step_row((WORK, w + size if reverse else w), size)
+    rows = [(p, step_row(buffers[a], math.prod(p.shape))) for p, a in zip(step.xs, stacks)]
+    for placeholder, (src, stride) in [(step.carry, carries), *rows]:
+        buffers[placeholder] = lowering.take(math.prod(placeholder.shape))
+        row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
+    buffers.update(zip(step.consts, (buffers[a] for a in consts)))
+    lowering.arrays(inner, body)
+    after, stride = step_row((WORK, w if reverse else w + size), size)
+    row(buffers[inner.outputs[0]], 0, after, stride, size)
+    top.lines.append(("loop", counter, length, body.lines))
+
+
+OWN_STEPS["scan"] = _steps
+loop_source.STEP_SOURCE["scan"] = _source
+loop_vm.STEP_ROWS["scan"] = _rows
