@@ -45,6 +45,9 @@ GUARDS = {
     "gammaln": lambda a: sg.gammaln(_pos(a) + 0.25),
     "digamma": lambda a: sg.digamma(_pos(a) + 0.25),
     "polygamma": lambda a, b: sg.polygamma(2, _pos(a) + _pos(b) + 0.25),  # (the order: a whole number)
+    "sinc_derivative": lambda a, b: ops.OPS["sinc_derivative"](2.0, a + b),
+    "ive": lambda a, b: ops.OPS["ive"](1.0, a + b),
+    "erfinv": lambda a: ops.OPS["erfinv"](_unit(a)),
 }
 OP_NAMES = list(ops.FUNCTIONS)
 SMOOTH = [n for n in OP_NAMES if ops.OPS[n].branch is None and ops.OPS[n].partials[0] is not None]

@@ -58,6 +58,8 @@ BINARY = {  # ufunc -> (a, b)
 def test_every_supported_ufunc_at_first_and_second_order(ufunc):
     if ufunc in ON_CONDITIONS:  # (&, |, ^, ~: of conditions, as NumPy's refuse floats)
         check(lambda ab: 1.0 * ufunc(*(ab[:ufunc.nin] > 0.0)), np.stack([N, N[::-1]]))
+    elif ufunc is np.ldexp:  # (its exponents are integers: data)
+        check(lambda a: np.ldexp(a, np.array([[1, -2, 0], [3, 0, -1]])), N)
     elif ufunc.nin == 1:
         check(ufunc, UNARY.get(ufunc, U))
     else:

@@ -11,7 +11,8 @@ x, y, z = sg.symbols("x y z")
 
 
 def test_sympy_round_trip_of_every_op():
-    whole = {"polygamma": (2.0, y)}  # (its order is a whole number, as SciPy's: SymPy's extends to any)
+    whole = {"polygamma": (2.0, y), "sinc_derivative": (2.0, y), "ive": (1.0, y), "erfinv": (0.5 * sg.tanh(y),)}
+    # (orders are whole numbers, as SciPy's: SymPy's extend to any)
     exprs = [op(*whole.get(op.name, [x, y, z][: op.arity])) for op in sg.expr.ops.FUNCTIONS.values()]
     for point in ({x: 0.3, y: 0.6, z: -0.2}, {x: 1.7, y: -0.4, z: 0.0}):
         for e in exprs:

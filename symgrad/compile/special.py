@@ -1,4 +1,5 @@
-"""log-gamma, digamma and polygamma for compiled code (the op table's ``special.`` templates).
+"""log-gamma, digamma, polygamma, sinc's derivatives, ive and erfinv for compiled code (the op table's
+``special.`` templates; the last three are expr/special_series.py's functions, compiled).
 
 Numba has ``math.lgamma`` but no digamma or polygamma. These follow SciPy (the interpreter's
 reference): the recurrence ``psi_n(x) = psi_n(x + 1) - (-n)! / x**(n + 1)`` up to x >= 20 + n, then
@@ -18,8 +19,12 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from symgrad.expr import special_series
+
 # What generated modules write to use these (the hash: a changed file never meets stale machine code).
-IMPORT = f"from symgrad.compile import special  # {hashlib.blake2b(Path(__file__).read_bytes()).hexdigest()[:16]}"
+_SOURCES = (Path(__file__), Path(special_series.__file__))
+IMPORT = "from symgrad.compile import special  # " + \
+    hashlib.blake2b(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:16]
 
 # B_2, B_4, ..., B_20: the asymptotic series' coefficients
 _BERNOULLI = np.array([1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798,
@@ -83,3 +88,8 @@ def polygamma(n: float, x: float) -> float:
         power *= inverse_square
         series += _BERNOULLI[j] * ratio * power
     return sign * (total + series)
+
+
+sinc_derivative = numba.njit(error_model="numpy")(special_series.sinc_derivative)
+ive = numba.njit(error_model="numpy")(special_series.ive)
+erfinv = numba.njit(error_model="numpy")(special_series.erfinv)

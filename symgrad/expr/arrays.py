@@ -52,6 +52,7 @@ _DERIVED: dict[Any, Callable] = {
     np.rad2deg: lambda a: a * (180.0 / math.pi),
     np.fmax: _fmax_fmin(_F["maximum"]),
     np.fmin: _fmax_fmin(_F["minimum"]),
+    np.ldexp: lambda a, i: a * 2.0 ** i,
     np.cbrt: lambda a: _F["where"](a < 0.0, -((-a) ** (1.0 / 3.0)), a ** (1.0 / 3.0)),
     np.trunc: lambda a: _F["where"](a < 0.0, _F["ceil"](a), _F["floor"](a)),
     np.rint: rint,
@@ -103,11 +104,17 @@ _SCIPY: dict[str, Callable] = {
     "erf": _F["erf"],
     "erfc": lambda a: 1.0 - _F["erf"](a),
     "ndtr": lambda a: 0.5 + 0.5 * _F["erf"](a * (1.0 / math.sqrt(2.0))),
-    "xlogy": lambda x, y: _F["where"](x == 0.0, 0.0, x * _F["log"](y)),
-    "xlog1py": lambda x, y: _F["where"](x == 0.0, 0.0, x * _F["log1p"](y)),
+    # 0 at x == 0 whatever y (SciPy's), guarding only where log is not finite there: at x == 0 < y the
+    # derivatives are the product's (d/dx = log y, JAX's rule), which a guard on x == 0 would make 0
+    "xlogy": lambda x, y: x * _F["log"](_F["where"]((x == 0.0) * ((y <= 0.0) + (y == _INF)), 1.0, y)),
+    "xlog1py": lambda x, y: x * _F["log1p"](_F["where"]((x == 0.0) * ((y <= -1.0) + (y == _INF)), 0.0, y)),
     "entr": lambda a: _F["where"](a > 0.0, -a * _F["log"](a), _F["where"](a == 0.0, 0.0, -_INF)),
     "softplus": _F["softplus"],
     "gammaln": _F["gammaln"],
+    "erfinv": _F["erfinv"],
+    "ive": _F["ive"],
+    "i0e": lambda a: _F["ive"](0.0, a),
+    "i1e": lambda a: _F["ive"](1.0, a),
     "psi": _F["digamma"],  # (scipy.special.digamma is psi)
 }
 
@@ -125,7 +132,32 @@ _NATIVE = {np.add, np.multiply, np.matmul}
 # Array functions that choose by comparing values: nothing to trace.
 _NEED_VALUES = {np.sort, np.argsort, np.argmax, np.argmin, np.nonzero, np.flatnonzero, np.argwhere,
                 np.unique, np.searchsorted, np.partition, np.argpartition, np.median, np.percentile,
-                np.quantile, np.nanmax, np.nanmin, np.nansum, np.isclose, np.allclose, np.array_equal}
+                np.quantile, np.isclose, np.allclose, np.array_equal}
+
+
+def frexp(x: Any) -> tuple[Any, Any]:
+    """``np.frexp``: mantissa and exponent, ``x = m * 2**e`` with 0.5 <= |m| < 1 (0 for 0, inf and nan);
+    ``e`` as floats. The exponent from log2, set right where rounding put it one off; the mantissa's
+    derivative is ``2**-e``, the exponent's 0 (integer data, as JAX's).
+
+    >>> import symgrad as sg
+    >>> sg.grad(lambda v: np.sum(np.frexp(v)[0]))(np.array([3.0, -0.1]))
+    array([0.25, 8.  ])
+    """
+    def scaled(v: Any, k: Any) -> Any:  # v * 2**k in two exact halves (2**1074 alone overflows)
+        half = np.floor(k * 0.5)
+        return v * 2.0 ** half * 2.0 ** (k - half)
+
+    a = np.abs(x)
+    e = np.floor(np.log2(np.where(a > 0.0, a, 1.0))) + 1.0
+    m = scaled(a, -e)
+    e = e + np.where(m >= 1.0, 1.0, 0.0) - np.where(m < 0.5, 1.0, 0.0)
+    e = np.where((a > 0.0) * (a < _INF), e, 0.0)
+    return scaled(x, -e), e
+
+
+# ufuncs of two results, on traced values: ufunc -> (its arguments) -> both
+PAIRS: dict[Any, Callable] = {np.frexp: frexp}
 
 
 def _name(func: Any) -> str:
@@ -334,13 +366,14 @@ def _needs_values(alternative: str) -> Callable:
 _OVERRIDES: dict[Any, Callable] = {
     np.where: _where, np.clip: _clip, np.nan_to_num: _nan_to_num, np.select: _select, np.linspace: _linspace,
     np.gradient: _gradient, np.linalg.norm: _norm, np.std: lambda *args, **kwargs: _roots(np.var(*args, **kwargs)),
-    np.round: lambda a, decimals=0, out=None: _rounded(a, 10.0 ** decimals),
+    np.round: lambda a, decimals=0, out=None: _rounded(a, 10.0 ** decimals), np.sinc: _F["sinc"],
     np.linalg.solve: linalg.solve, np.linalg.inv: linalg.inv, np.linalg.det: linalg.det,
     np.linalg.slogdet: linalg.slogdet, np.linalg.cholesky: linalg.cholesky,
     np.piecewise: _needs_values("np.piecewise needs boolean masks: use np.select or np.where"),
     np.interp: _needs_values("np.interp searches the points: pass x as data, or write it with np.where"),
 }
 _OVERRIDES[np.around] = _OVERRIDES[np.round]
+_OVERRIDES.update(reductions.NANS)
 
 
 def _scalar_like(func: Any, fill: float | None) -> Callable:

@@ -4,10 +4,11 @@ Every node is made by ``apply``.  The rewrites are a table (``RULES``): each
 rule looks at one node's arguments and may return a simpler equal node.  They
 are local and exact, except the documented identities x*0 = 0, x-x = 0, 0/x = 0
 (as in SymPy and CasADi), c1*(c2*x) = (c1*c2)*x (which may round differently
-in the last bit; it keeps repeated derivatives such as 6*x readable) and
-where(x == 0, 0, x) = x (-0.0 kept).  The
+in the last bit; it keeps repeated derivatives such as 6*x readable).  The
 ``where`` rules keep conditional zeros as nodes (CasADi's trick) so a nan in an
-untaken branch never reaches a gradient.
+untaken branch never reaches a gradient. A rule keeps the branch each point takes:
+derivatives differentiate that branch (where(x == 0, 0, x) is not x: at 0 its
+derivative is the 0 branch's, and a sum of such pieces counts on it).
 """
 
 from __future__ import annotations
@@ -311,8 +312,6 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
     "where": (
         lambda c, a, b: a if a is b else None,
         lambda c, a, b: (a if c.payload != 0 else b) if c.op is _CONST else None,
-        lambda c, a, b: b if _is(a, 0.0) and c.op is ops.eq and any(t is b for t in c.args) and (
-            _is(c.args[0], 0.0) or _is(c.args[1], 0.0)) else None,  # where(x == 0, 0, x): a guarded adjoint
         lambda c, a, b: ops.where(c, a.args[1], b) if _of(a, "where") and a.args[0] is c else None,
         lambda c, a, b: ops.where(c, a, b.args[2]) if _of(b, "where") and b.args[0] is c else None,
         _nested_where,

@@ -8,6 +8,7 @@ partials come from the op table; hash-consing shares every node it can.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from symgrad.util.progress import CHUNK, progress
 
 _ZERO = const(0.0)
 _ONE = const(1.0)
+_INF = const(math.inf)
 
 
 def _check_wrt(wrt: Any) -> list[Expr]:
@@ -135,8 +137,9 @@ class _Masks:
     """Which adjoints may be 0 where a partial is nan or inf. A value masked by ``where`` (its branch
     not taken), or an array's entry nobody reads, gets an adjoint of 0 there, while the partials of
     what computed it may be nan (sqrt's at a negative, log's at 0): 0 * nan would bring the nan the
-    mask kept out of the value into the gradient. Such a product is guarded, ``where(g == 0, 0, g*p)``,
-    where the adjoint ``g`` came through a mask and ``p`` may be non-finite; nowhere else. A graph
+    mask kept out of the value into the gradient. Such a product is guarded, 0 where ``g == 0`` and
+    ``p`` is not finite, where the adjoint ``g`` came through a mask and ``p`` may be non-finite;
+    nowhere else. A graph
     without a ``where``, a table (a gather that may leave entries unread) or a scan (whose rows a
     step may never read, or read into a carry a later step drops) masks nothing."""
 
@@ -154,7 +157,9 @@ class _Masks:
         if self.masking and node in self.masked and p.op.name != "const" and self.may_fail(p):
             g = _materialised(g)
             # (also where g * p folded to where(c, g' * p, 0): g' may be another mask's 0)
-            return ops.where(ops.eq(g, 0.0), 0.0, g if p is _ONE else g * p)
+            # (only where p is not finite: at a 0 of g where p is, g * p's derivatives are its own)
+            product = g if p is _ONE else g * p
+            return ops.where(ops.eq(g, 0.0), ops.where(ops.lt(ops.abs(p), _INF), product, 0.0), product)
         return g if p is _ONE else g * p
 
 

@@ -14,7 +14,7 @@ from symgrad.expr.build import apply
 from symgrad.expr.contractions import einsum, matmul, tensordot
 from symgrad.expr.ndarrays import elementwise, is_array, operand, reshape
 from symgrad.expr.node import TracingError
-from symgrad.expr.reductions import cumsum, mean, norm, prod, reduce, std, var
+from symgrad.expr.reductions import NANS, cumsum, mean, norm, prod, reduce, std, var
 from symgrad.expr.reshaping import concatenate, moveaxis, pad, split, squeeze, stack, transpose
 
 
@@ -68,6 +68,8 @@ FUNCTIONS: dict[Any, Any] = {
     np.split: split, np.array_split: lambda a, sections, axis=0: split(a, sections, axis, even=False),
     np.moveaxis: moveaxis, np.swapaxes: lambda a, i, j: moveaxis(a, [i, j], [j, i]), np.squeeze: squeeze,
     np.pad: pad, np.linalg.norm: norm, np.prod: prod, np.cumsum: cumsum,
+    np.sinc: lambda x: elementwise(ops.OPS["sinc"], (x,)),
+    **NANS,
     np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
                                             a.shape[int(axis) % (a.ndim + 1):]),
 }

@@ -89,8 +89,11 @@ def elementwise(op: Op) -> Callable:
     """``op`` applied to each element of arrays holding expressions or numbers (broadcast): a plain
     object array, or one expression when every argument is a single value."""
     each = np.frompyfunc(lambda *xs: apply(op, xs), op.arity, 1)
-    return lambda *values: each(*(v.view(np.ndarray) if isinstance(v, np.ndarray) else _object0d(v)
-                                  for v in values))
+
+    def run(*values: Any) -> Any:
+        with np.errstate(all="ignore"):  # (constants folded to nan, data's nan: not the user's arithmetic)
+            return each(*(v.view(np.ndarray) if isinstance(v, np.ndarray) else _object0d(v) for v in values))
+    return run
 
 
 ON_ARRAYS: list[Callable] = []  # ndarrays.elementwise, installed by methods.py (ndarrays reaches this module)

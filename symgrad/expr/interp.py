@@ -54,20 +54,23 @@ def _bindings(bindings: Any) -> tuple[dict[str, Any], set[str]]:
 
 
 class Rolled:
-    """How rolled nodes evaluate: one array axis per index symbol of the graph (size 1 where a value
-    does not vary), so a whole index range is computed at once. ``symbolic``: elements are
-    expressions (unroll), arrays are object arrays of variables ``x[0]``, ``x[1, 2]``, ..."""
+    """How rolled nodes evaluate: an array axis per index symbol (size 1 where a value does not vary),
+    so a whole index range is computed at once. Symbols that no node varies over together share an
+    axis (a gradient's tensors each bind fresh ones: a Hessian of running products has over 100, and
+    NumPy allows 64 axes). ``symbolic``: elements are expressions (unroll), arrays are object arrays
+    of variables ``x[0]``, ``x[1, 2]``, ..."""
 
     def __init__(self, order: list[Expr], values: dict[str, Any], symbolic: bool) -> None:
-        self.axes = {n: k for k, n in enumerate(n for n in order if n.op.name == "index")}
-        if len(self.axes) > 64:
-            raise ValueError(f"the interpreter gives each index symbol of a rolled graph an array axis; this one "
-                             f"has {len(self.axes)} and NumPy allows 64: evaluate it compiled (backend 'vm' or "
-                             "'numba')")
+        self.axes = _shared_axes(order)
+        self.ndim = max(self.axes.values(), default=-1) + 1
+        if self.ndim > 64:
+            raise ValueError(f"the interpreter gives the index symbols of a rolled graph that vary together array "
+                             f"axes; this one needs {self.ndim} and NumPy allows 64: evaluate it compiled "
+                             "(backend 'vm' or 'numba')")
         self.values, self.symbolic = values, symbolic
 
     def index(self, node: Expr) -> np.ndarray:
-        shape = [1] * len(self.axes)
+        shape = [1] * self.ndim
         shape[self.axes[node]] = node.payload[1]
         return np.arange(node.payload[1], dtype=float).reshape(shape)
 
@@ -87,7 +90,7 @@ class Rolled:
 
     def _full(self, v: Any, sizes: dict[int, int]) -> np.ndarray:
         v = np.asarray(v)
-        v = v.reshape((1,) * (len(self.axes) - v.ndim) + v.shape)
+        v = v.reshape((1,) * (self.ndim - v.ndim) + v.shape)
         return np.broadcast_to(v, [sizes.get(k, d) for k, d in enumerate(v.shape)])
 
     def reduce(self, name: str, body: Any, i: Expr) -> np.ndarray:
@@ -151,6 +154,22 @@ class Rolled:
         full = self._full(body, {ax: i.payload[1] for ax, i in zip(axes, indices)})
         out = np.moveaxis(full, axes, range(len(axes)))
         return np.array(out.reshape(out.shape[:len(axes)]))
+
+
+def _shared_axes(order: list[Expr]) -> dict[Expr, int]:
+    """An axis for each index symbol of ``order``, the fewest a greedy colouring finds: two symbols
+    share one unless some node's arguments vary over both (a tensor's own indices, as its body's)."""
+    together: dict[Expr, set] = {n: set() for n in order if n.op.name == "index"}
+    for node in order:
+        scope = set().union(*(a.free for a in node.args)) if node.args else ()
+        if len(scope) > 1:
+            for i in scope:
+                together[i].update(scope)
+    axes: dict[Expr, int] = {}
+    for i in together:
+        taken = {axes[j] for j in together[i] if j in axes}
+        axes[i] = next(k for k in range(len(taken) + 1) if k not in taken)
+    return axes
 
 
 _ELEMENTWISE = {op: elementwise(op) for op in ops.FUNCTIONS.values()}

@@ -137,6 +137,8 @@ def _as_elements(values: Any) -> Any:
 
 
 def _array_ufunc(self: Any, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    if method == "__call__" and ufunc in arrays.PAIRS and not kwargs:
+        return arrays.PAIRS[ufunc](*inputs)
     if tracing.stepping_now() and not _has_objects(inputs) and any(
             isinstance(a, np.ndarray) and a.ndim and a.dtype.kind in "biuf" for a in inputs):
         inputs = tuple(map(ndarrays.operand, inputs))  # (a scan's step: rolled, see tracing.stepping)

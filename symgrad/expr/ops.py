@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.expr import special_series
+
 # Precedences for printing: an argument binds looser than its slot asks -> parentheses.
 CMP, ADD, MUL, NEG, POW, ATOM = 5, 10, 20, 25, 30, 100
 
@@ -91,6 +93,12 @@ def _erf(a):
     return np.float64(math.erf(a)) if np.ndim(a) == 0 else np.vectorize(math.erf, otypes=[float])(a)
 
 
+def _guarded(c1, c2, value, formula):
+    """``value`` where both conditions hold, else ``formula``: the derivatives are the formula's wherever
+    one of them fails."""
+    return where(c1, where(c2, value, formula), formula)
+
+
 def _kink(lost, a, b):
     """The partial of max / min for an argument: a where's 0 where ``lost`` (the other is the result),
     1/2 at a tie, else 1. As a where, a product with it keeps its 0 out of the product (the build rule
@@ -137,9 +145,10 @@ div = _row("div", 2, np.divide, "{0} / {1}", (lambda a, b, o: 1.0 / b, lambda a,
 neg = _row("neg", 1, np.negative, "-{0}", (lambda a, o: -1.0,), ufunc=np.negative,
            to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)), finite=True)
 pow = _row("pow", 2, np.power, "{0} ** {1}",
-           # JAX's conventions where the textbook partials give 0 * inf: d/da is 0 at b == 0
-           # (a**0 is constant), d/db is 0 at a == 0 (log 0 replaced by log 1), not nan.
-           (lambda a, b, o: where(eq(b, 0.0), 0.0, b * a ** (b - 1.0)),
+           # Where the textbook partials give 0 * inf: d/da is 0 at a == b == 0 (a**0 is constant), d/db is
+           # 0 at a == 0 (log 0 replaced by log 1), not nan. The guards hold only there: at b == 0, a != 0,
+           # d/da is the formula, whose derivative in b (1/a) a guard at b == 0 alone would make 0.
+           (lambda a, b, o: _guarded(eq(b, 0.0), eq(a, 0.0), 0.0, b * a ** (b - 1.0)),
             lambda a, b, o: o * log(where(eq(a, 0.0), 1.0, a))),
            ufunc=np.power, to_sympy=lambda a, b: a ** b, prec=POW, template=((0, POW + 1), "**", (1, POW)),
            latex=((0, POW + 1), "^{", (1, 0), "}"))
@@ -397,6 +406,51 @@ polygamma = _row("polygamma", 2, _scipy("polygamma"), "special.polygamma({0}, {1
                  latex=(r"\psi^{(", (0, 0), r")}\left(", (1, 0), r"\right)"),
                  doc="the n-th derivative of digamma (args: n, a whole number, and a)")
 FUNCTIONS.update(gammaln=gammaln, digamma=digamma, polygamma=polygamma)
+
+# NumPy's sinc and its derivatives of every order (rows last, as the gamma family's): one row computes the
+# n-th derivative exactly at 0 and near it, where the quotient's own derivatives cancel (expr/special_series.py,
+# which compile/special.py compiles too: the interpreter runs the same function). The order is a whole-number
+# constant (nan otherwise).
+
+
+def _sinc_derivative(n, a):  # (the compiled code's function: the same bits everywhere)
+    return np.vectorize(special_series.sinc_derivative, otypes=[float])(n, a)[()]
+
+
+def _sinc_sympy(n, a):
+    t = sympy.Dummy("t")
+    return sympy.diff(sympy.sinc(sympy.pi * t), t, int(n)).subs(t, a)
+
+
+sinc = _row("sinc", 1, lambda a: _sinc_derivative(0.0, a), "special.sinc_derivative(0.0, {0})",
+            (lambda a, o: sinc_derivative(1.0, a),),
+            to_sympy=lambda a: sympy.sinc(sympy.pi * a), latex=_func(r"\operatorname{sinc}"), finite=True,
+            doc="NumPy's sinc: sin(pi a) / (pi a), 1 at 0")
+sinc_derivative = _row("sinc_derivative", 2, _sinc_derivative, "special.sinc_derivative({0}, {1})",
+                       (None, lambda n, a, o: sinc_derivative(n + 1.0, a)), to_sympy=_sinc_sympy, finite=True,
+                       latex=(r"\operatorname{sinc}^{(", (0, 0), r")}\left(", (1, 0), r"\right)"),
+                       doc="the n-th derivative of sinc (args: n, a whole number, and a)")
+FUNCTIONS.update(sinc=sinc, sinc_derivative=sinc_derivative)
+
+# C's fmod (NumPy's np.fmod): a - b*trunc(a/b), with a's sign. Its partial in b, -trunc(a/b), is
+# (o - a)/b.
+fmod = _row("fmod", 2, np.fmod, "np.fmod({0}, {1})", (lambda a, b, o: 1.0, lambda a, b, o: (o - a) / b),
+            ufunc=np.fmod, to_sympy=lambda a, b: a - b * sympy.sign(a / b) * sympy.floor(sympy.Abs(a / b)),
+            doc="C's fmod: the remainder of a / b truncated toward 0, with a's sign")
+# The inverse of erf (SciPy's in the interpreter), and exp(-|a|) I_n(a) of whole order n (as SciPy's ive),
+# compiled from expr/special_series.py (the interpreter runs its ive too). d ive(n, a) / da =
+# (ive(n-1, a) + ive(n+1, a)) / 2 - sign(a) ive(n, a): every order is another row's value (a kink at 0,
+# |a|'s, for n = 0).
+erfinv = _row("erfinv", 1, _scipy("erfinv"), "special.erfinv({0})",
+              (lambda a, o: (0.5 * math.sqrt(math.pi)) * exp(o * o),), to_sympy="erfinv",
+              latex=_func(r"\operatorname{erf}^{-1}"), doc="the inverse of erf on (-1, 1)")
+ive = _row("ive", 2, lambda n, a: np.vectorize(special_series.ive, otypes=[float])(n, a)[()],
+           "special.ive({0}, {1})",
+           (None, lambda n, a, o: 0.5 * (ive(n - 1.0, a) + ive(n + 1.0, a)) - sign(a) * o),
+           to_sympy=lambda n, a: sympy.exp(-sympy.Abs(a)) * sympy.besseli(n, a),
+           latex=(r"\tilde I_{", (0, 0), r"}\left(", (1, 0), r"\right)"),
+           doc="exp(-|a|) I_n(a), the scaled modified Bessel function of whole order n (SciPy's ive)")
+FUNCTIONS.update(fmod=fmod, erfinv=erfinv, ive=ive)
 
 # Late import: rows are callable (they build nodes), and build needs the rows.
 from symgrad.expr import build  # noqa: E402

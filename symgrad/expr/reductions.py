@@ -179,3 +179,63 @@ def prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims:
         shape = tuple(1 if d in axes else n for d, n in enumerate(a.shape))
         return reshape(total, shape) if is_array(total) else rolled.tensor(total, *fresh(shape))
     return total
+
+
+# ---- NumPy's nan-ignoring reductions: the nan entries masked out with np.where, so they work on rolled
+# arrays and traced object arrays alike (NumPy's own copy into a boolean mask, np.copyto, cannot)
+
+
+def _no_out(name: str, out: Any) -> None:
+    if out is not None:
+        raise TracingError(f"np.{name}(..., out=...) of a traced array has no rolled form")
+
+
+def _count(a: Any, axis: Any, keepdims: bool) -> Any:
+    return np.sum(np.where(a != a, 0.0, 1.0), axis=axis, keepdims=keepdims)
+
+
+def nansum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+    """``np.nansum``: the sum with nan entries counted as 0.
+
+    >>> import symgrad as sg
+    >>> sg.grad(lambda x: nansum(x * x))(np.array([1.0, np.nan, 3.0]))
+    array([2., 0., 6.])
+    """
+    _no_out("nansum", out)
+    return np.sum(np.where(a != a, 0.0, a), axis=axis, keepdims=keepdims)
+
+
+def nanmean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+    """``np.nanmean``: the mean of the entries that are not nan (nan where there are none)."""
+    _no_out("nanmean", out)
+    return nansum(a, axis, keepdims=keepdims) / _count(a, axis, keepdims)
+
+
+def nanvar(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
+           keepdims: bool = False) -> Any:
+    """``np.nanvar``: the variance of the entries that are not nan, divided by their count less ``ddof``."""
+    _no_out("nanvar", out)
+    d = np.where(a != a, 0.0, a - nanmean(a, axis, keepdims=True))
+    return np.sum(d * d, axis=axis, keepdims=keepdims) / (_count(a, axis, keepdims) - ddof)
+
+
+def nanstd(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
+           keepdims: bool = False) -> Any:
+    """``np.nanstd``: the square root of ``nanvar`` (derivative 0 where it is 0, as ``np.std``'s)."""
+    v = nanvar(a, axis, dtype, out, ddof, keepdims)
+    return np.where(v == 0.0, 0.0, np.sqrt(v))
+
+
+def _nan_extreme(name: str, pick: Any, fill: float) -> Any:
+    def extreme(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+        _no_out(name, out)
+        found = pick(np.where(a != a, fill, a), axis=axis, keepdims=keepdims)
+        return np.where(_count(a, axis, keepdims) == 0.0, np.nan, found)
+    extreme.__name__ = name
+    extreme.__doc__ = f"``np.{name}``: ignoring nan entries (nan where all are)."
+    return extreme
+
+
+nanmax, nanmin = _nan_extreme("nanmax", np.max, -math.inf), _nan_extreme("nanmin", np.min, math.inf)
+NANS = {np.nansum: nansum, np.nanmean: nanmean, np.nanvar: nanvar, np.nanstd: nanstd, np.nanmax: nanmax,
+        np.nanmin: nanmin}

@@ -135,6 +135,8 @@ _FROM: dict[type, Any] = {  # the op table's functions first: the rows below (n-
     sympy.Piecewise: _piecewise,
     ExprCondPair: lambda value, cond: (value, cond),
     sympy.Heaviside: lambda x, *h0: 0.5 + 0.5 * ops.sign(x),
+    sympy.sinc: lambda t: ops.sinc(t * (1.0 / math.pi)),  # (SymPy's sin(t)/t; NumPy's is sin(pi x)/(pi x))
+    sympy.besseli: lambda n, a: ops.ive(n, a) * ops.exp(ops.abs(a)),
     sympy.And: _fold(ops.mul),
     sympy.Or: _fold(ops.maximum),
     sympy.Not: lambda c: 1.0 - c,

@@ -15,14 +15,15 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr.functions import FUNCS
+from symgrad.expr.node import TracingError
 from symgrad.expr.scan_function import scan
 from symgrad.trace.control import cond, fori_loop, switch, while_loop
 from symgrad.util import pytree
 
 stop_gradient = FUNCS["stop_gradient"]
 
-__all__ = ["associative_scan", "cond", "fori_loop", "map", "scan", "select", "stop_gradient", "switch",
-           "while_loop"]
+__all__ = ["associative_scan", "cond", "dynamic_slice", "dynamic_update_slice", "fori_loop", "map", "scan",
+           "select", "stop_gradient", "switch", "while_loop"]
 
 
 def select(pred: Any, on_true: Any, on_false: Any) -> Any:
@@ -74,3 +75,50 @@ def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int 
     out = [np.concatenate([row[:1], y]) for row, y in zip(rows, pytree.flatten(ys)[0])]
     out = [row[::-1] for row in out] if reverse else out
     return pytree.unflatten(tree, [np.moveaxis(row, 0, axis) for row in out])
+
+
+def _starts(name: str, shape: tuple, starts: Any, sizes: tuple) -> list[int]:
+    """JAX's start indices: one per axis, each clamped so that the slice fits (as JAX clamps them)."""
+    starts = list(np.atleast_1d(np.asarray(starts, dtype=object))) if not isinstance(starts, list | tuple) \
+        else list(starts)
+    if len(starts) != len(shape) or len(sizes) != len(shape):
+        raise ValueError(f"lax.{name}: an array of shape {shape} takes {len(shape)} start indices and sizes, got "
+                         f"{len(starts)} and {len(sizes)}")
+    out = []
+    for axis, (s, n, k) in enumerate(zip(starts, shape, sizes)):
+        if not (isinstance(s, int | np.integer) or isinstance(s, float | np.floating) and float(s).is_integer()):
+            raise TracingError(f"lax.{name}: start index {axis} is {str(s)[:40]}, not a number: symgrad's "
+                               "slices start at indices known when the function is traced (pass them as data)")
+        if not 0 <= k <= n:
+            raise ValueError(f"lax.{name}: a slice of {k} along axis {axis} of an array of shape {shape}")
+        out.append(min(max(int(s), 0), n - k))
+    return out
+
+
+def dynamic_slice(operand: Any, start_indices: Any, slice_sizes: Any) -> Any:
+    """``jax.lax.dynamic_slice``: the block of ``slice_sizes`` starting at ``start_indices`` (clamped
+    into the array, as JAX does).
+
+    >>> dynamic_slice(np.arange(6.0).reshape(2, 3), (1, 2), (1, 2))
+    array([[4., 5.]])
+    """
+    sizes = tuple(int(k) for k in slice_sizes)
+    starts = _starts("dynamic_slice", np.shape(operand), start_indices, sizes)
+    return operand[tuple(slice(s, s + k) for s, k in zip(starts, sizes))]
+
+
+def dynamic_update_slice(operand: Any, update: Any, start_indices: Any) -> Any:
+    """``jax.lax.dynamic_update_slice``: ``operand`` with the block at ``start_indices`` (clamped, as
+    JAX does) replaced by ``update``: a mask choosing between the two, ``update`` padded to shape.
+
+    >>> dynamic_update_slice(np.zeros((2, 3)), np.ones((1, 2)), (1, 5))
+    array([[0., 0., 0.],
+           [0., 1., 1.]])
+    """
+    shape, sizes = np.shape(operand), np.shape(update)
+    starts = _starts("dynamic_update_slice", shape, start_indices, sizes)
+    block = tuple(slice(s, s + k) for s, k in zip(starts, sizes))
+    mask = np.zeros(shape, dtype=bool)
+    mask[block] = True
+    padded = np.pad(update, [(s, n - s - k) for s, n, k in zip(starts, shape, sizes)])
+    return np.where(mask, padded, operand)

@@ -1,0 +1,168 @@
+"""NumPy and SciPy functions JAX differentiates that symgrad refused or crashed on: np.fmod, np.ldexp,
+np.frexp, np.sinc, scipy.special.erfinv / i0e / i1e, the nan-ignoring reductions (np.nansum ...
+np.nanstd) and lax.dynamic_slice / dynamic_update_slice. Values against NumPy / SciPy, derivatives
+against central differences (mpmath for the special functions' higher orders), on scalars, small
+arrays (element by element) and 70+ elements (rolled), on every backend."""
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import scipy.special as ss
+
+import symgrad as sg
+from symgrad import lax
+
+RNG = np.random.default_rng(40)
+BACKENDS = ["python", "vm", "numba"]
+
+
+def _fd(f, x, h=1e-6):
+    """Central differences of the scalar function f at the array x."""
+    out = np.zeros_like(x)
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[k] = h
+        out.flat[k] = (f(x + e) - f(x - e)) / (2 * h)
+    return out
+
+
+ELEMENTWISE = {  # name -> (function, inputs' sampler)
+    "fmod": (lambda a: np.fmod(a * 3.0, 1.3 + 0.0 * a), lambda n: RNG.uniform(-4, 4, n)),
+    "fmod by traced": (lambda a: np.fmod(np.full_like(a, 5.5), 1.0 + a * a), lambda n: RNG.uniform(0.3, 2, n)),
+    "ldexp": (lambda a: np.ldexp(a, np.arange(a.size).reshape(a.shape) % 5 - 2), lambda n: RNG.normal(size=n)),
+    "frexp mantissa": (lambda a: np.frexp(a)[0], lambda n: RNG.normal(size=n) * 50),
+    "sinc": (np.sinc, lambda n: np.where(np.arange(n) % 4 == 0, 0.0, RNG.normal(size=n))),
+    "erfinv": (ss.erfinv, lambda n: RNG.uniform(-0.95, 0.95, n)),
+    "i0e": (ss.i0e, lambda n: RNG.normal(size=n) * 5),
+    "i1e": (ss.i1e, lambda n: RNG.normal(size=n) * 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+@pytest.mark.parametrize("size", [1, 5, 72])
+def test_elementwise_values_and_gradients(name, size):
+    f, sample = ELEMENTWISE[name]
+    x = sample(size)
+    loss = lambda a: float(np.sum(f(a) * np.linspace(0.5, 1.5, a.size)))  # noqa: E731
+    fd = _fd(loss, x)
+    for backend in BACKENDS if size != 5 else ["python", "vm"]:
+        np.testing.assert_allclose(sg.jit(f, backend=backend)(x), f(x), rtol=1e-13, atol=1e-300)
+        g = sg.grad(lambda a: np.sum(f(a) * np.linspace(0.5, 1.5, a.size)), backend=backend)(x)
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8, err_msg=f"{name} {backend}")
+
+
+def _m(name):
+    return {"erfinv": mpmath.erfinv, "i0e": lambda t: mpmath.exp(-abs(t)) * mpmath.besseli(0, t),
+            "i1e": lambda t: mpmath.exp(-abs(t)) * mpmath.besseli(1, t)}[name]
+
+
+@pytest.mark.parametrize("name", ["erfinv", "i0e", "i1e"])
+def test_special_functions_to_the_third_derivative_against_mpmath(name):
+    mpmath.mp.dps = 30
+    x = sg.Var("x")
+    e = {"erfinv": ss.erfinv, "i0e": ss.i0e, "i1e": ss.i1e}[name](x)
+    ds = [e]
+    for _ in range(3):
+        ds.append(sg.diff(ds[-1], x))
+    points = [0.3, -0.7, 0.93] if name == "erfinv" else [0.3, -2.5, 7.0, 45.0]
+    for backend in BACKENDS:
+        run = sg.compile(ds, [x], backend=backend)
+        for p in points:
+            got = np.asarray(run(np.array([p])), dtype=float).ravel()
+            for order, value in enumerate(got):
+                want = float(mpmath.diff(_m(name), mpmath.mpf(p), order))
+                assert value == pytest.approx(want, rel=1e-10, abs=1e-14), (name, backend, p, order)
+
+
+def test_compiled_special_functions_match_scipy_everywhere():
+    """The compiled ive / erfinv (expr/special_series.py) on many points, edges included."""
+    from symgrad.compile import special
+
+    xs = np.concatenate([RNG.normal(size=2000) * 20, np.linspace(-60, 60, 241), [0.0, -0.0, 1e-300, 29.9, 30.1,
+                                                                                  1e3, 1e5, -1e5]])
+    for n in range(5):
+        want = ss.ive(n, xs)
+        got = np.array([special.ive(float(n), v) for v in xs])
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-300)
+    assert special.ive(0.0, np.inf) == 0.0 and math.isnan(special.ive(0.5, 1.0))
+    ys = np.concatenate([RNG.uniform(-1, 1, 5000), [0.0, 0.5, 1 - 1e-15, -1 + 1e-16, 1 - 2 ** -53, 1e-300]])
+    np.testing.assert_allclose([special.erfinv(v) for v in ys], ss.erfinv(ys), rtol=1e-14, atol=1e-300)
+    assert special.erfinv(1.0) == np.inf and special.erfinv(-1.0) == -np.inf and math.isnan(special.erfinv(1.5))
+
+
+def test_frexp_gives_numpys_mantissas_and_exponents_at_the_edges():
+    v = np.array([3.0, -0.1, 0.0, -0.0, 8.0, 0.5, 1e-310, -np.inf, np.inf, 1024.0, 2.0 ** -1022, 5e-324, np.nan,
+                  1.7e308, 1.0 - 2 ** -53, 2.0 ** 40])
+    for backend in ("python", "vm"):
+        m, e = sg.jit(np.frexp, backend=backend)(v)
+        M, E = np.frexp(v)
+        np.testing.assert_array_equal(m, M)
+        np.testing.assert_array_equal(e, E)
+    big = RNG.normal(size=90) * 1e3
+    big[::9] = 0.0
+    m, e = sg.jit(np.frexp, backend="numba")(big)
+    np.testing.assert_array_equal(m, np.frexp(big)[0])
+    np.testing.assert_array_equal(e, np.frexp(big)[1])
+
+
+NANS = [np.nansum, np.nanmean, np.nanvar, np.nanstd, np.nanmax, np.nanmin]
+
+
+@pytest.mark.parametrize("fn", NANS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("shape,axis", [((3, 4), None), ((3, 4), 1), ((10, 8), None), ((10, 8), 0), ((10, 8), 1)])
+def test_nan_reductions(fn, shape, axis):
+    x = RNG.normal(size=shape)
+    x.flat[::5] = np.nan
+    kept = ~np.isnan(x)
+    fd = _fd(lambda a: float(np.sum(fn(np.where(kept, a, np.nan), axis=axis) * 1.5)), np.where(kept, x, 0.0))
+    for backend in BACKENDS if shape == (10, 8) else ["python", "vm"]:
+        np.testing.assert_allclose(sg.jit(lambda a: fn(a, axis=axis), backend=backend)(x), fn(x, axis=axis),
+                                   rtol=1e-13)
+        g = sg.grad(lambda a: np.sum(fn(a, axis=axis) * 1.5), backend=backend)(x)
+        np.testing.assert_allclose(np.where(kept, g, 0.0), fd, rtol=1e-6, atol=1e-8)
+        assert np.all(g[~kept] == 0.0)
+
+
+def test_nan_reductions_ddof_and_all_nan():
+    x = RNG.normal(size=(3, 4))
+    x[1, 2] = np.nan
+    assert float(sg.jit(lambda a: np.nanvar(a, ddof=1))(x)) == pytest.approx(np.nanvar(x, ddof=1), rel=1e-13)
+    assert np.isnan(sg.jit(lambda a: np.nanmax(a))(np.full(3, np.nan)))
+
+
+@pytest.mark.parametrize("starts", [(1, 0, 2), (3, 4, 5), (-1, 1, 0)])  # (clamped into the array, as JAX does)
+def test_dynamic_slices_of_a_3d_array(starts):
+    o = RNG.normal(size=(4, 5, 6))
+    u = RNG.normal(size=(2, 3, 2))
+    s = [min(max(k, 0), n - m) for k, n, m in zip(starts, o.shape, u.shape)]
+    want = o.copy()
+    want[s[0]:s[0] + 2, s[1]:s[1] + 3, s[2]:s[2] + 2] = u
+    for backend in BACKENDS:
+        got = sg.jit(lambda a, b: lax.dynamic_update_slice(a, b, starts), backend=backend)(o, u)
+        np.testing.assert_array_equal(got, want)
+        ga, gb = sg.grad(lambda a, b: np.sum(lax.dynamic_update_slice(a, b, starts) ** 2), argnums=(0, 1),
+                         backend=backend)(o, u)
+        np.testing.assert_allclose(gb, 2 * u, rtol=1e-15)
+        np.testing.assert_allclose(ga, np.where(want == o, 2 * o, 0.0), rtol=1e-15)
+    np.testing.assert_array_equal(sg.jit(lambda a: lax.dynamic_slice(a, starts, (2, 3, 2)))(o),
+                                  o[s[0]:s[0] + 2, s[1]:s[1] + 3, s[2]:s[2] + 2])
+    with pytest.raises(ValueError, match="takes 3 start indices"):
+        lax.dynamic_slice(o, (1, 2), (1, 1))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_hessians_of_running_products_on_the_interpreter(axis):
+    """Over 100 index symbols (each tensor of the second sweep binds fresh ones): the interpreter shares
+    array axes between symbols never used together, within NumPy's 64; the loop VM's values, and
+    central differences of the gradient."""
+    x = RNG.uniform(0.5, 1.5, (4, 5, 6))
+    f = lambda a: np.sum(np.cumprod(a, axis=axis))  # noqa: E731
+    h = sg.hessian(f, backend="python")(x)
+    np.testing.assert_allclose(h, sg.hessian(f, backend="vm")(x), rtol=1e-13)
+    g = sg.grad(f, backend="vm")
+    k = np.unravel_index(17, x.shape)
+    e = np.zeros_like(x)
+    e[k] = 1e-6
+    np.testing.assert_allclose(h[k], (g(x + e) - g(x - e)) / 2e-6, rtol=1e-6, atol=1e-9)
