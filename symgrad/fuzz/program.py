@@ -10,6 +10,10 @@ import numpy as np
 
 import symgrad as sg
 
+# The guarded points among a guarded program's inputs: exact zeros (x**y, sqrt, abs, where(x > 0)) and
+# ties (max, min, sort), written as the snippet writes them.
+GUARDED = "{0}.flat[::8] = 0.0; {0}.flat[1::8] = {0}.flat[2::8]"
+
 
 @dataclasses.dataclass(frozen=True)
 class Program:
@@ -48,10 +52,27 @@ class Program:
         ret.value = ret.value.args[0]
         return self.function(ast.unparse(tree))
 
+    @property
+    def guarded(self) -> bool:
+        """Whether the inputs hold the points guards protect (one seed in four): exact zeros and ties."""
+        return self.seed % 4 == 2
+
     def inputs(self) -> list[np.ndarray]:
-        """The arguments: standard normal arrays from ``seed``."""
+        """The arguments: standard normal arrays from ``seed``; ``guarded``: every 8th entry an exact 0
+        and the next equal to the one after it (``GUARDED``)."""
         rng = np.random.default_rng(self.seed)
-        return [rng.normal(size=s) for s in self.shapes]
+        arrays = [rng.normal(size=s) for s in self.shapes]
+        for a in arrays if self.guarded else ():
+            exec(GUARDED.format("a"), {"a": a})
+        return arrays
+
+    def special(self) -> list[np.ndarray]:
+        """Per argument, where its entries are an exact 0 or a tie (False everywhere unless ``guarded``)."""
+        masks = [np.zeros(s, dtype=bool) for s in self.shapes]
+        for m in masks if self.guarded else ():
+            for k in (0, 1, 2):
+                m.flat[k::8] = True
+        return masks
 
     def snippet(self, probe: str = "vm") -> str:
         """A script that rebuilds the inputs and prints what ``probe`` compares (see ``Disagreement``).
@@ -68,6 +89,7 @@ class Program:
         lines = ["import numpy as np", "import symgrad as sg", "", self.source.rstrip(), "",
                  f"rng = np.random.default_rng({self.seed})"]
         lines += [f"{n} = rng.normal(size={s if len(s) > 1 else s[0]})" for n, s in zip(names, self.shapes)]
+        lines += [GUARDED.format(n) for n in names] if self.guarded else []
         args = ", ".join(names)
         kind, _, backend = probe.rpartition(":")
         backend = backend if backend in ("vm", "numba", "python") else "python"
