@@ -206,14 +206,24 @@ def nansum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdim
 
 
 def nanmean(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False) -> Any:
-    """``np.nanmean``: the mean of the entries that are not nan (nan where there are none)."""
+    """``np.nanmean``: the mean of the entries that are not nan (nan where there are none).
+
+    >>> import symgrad as sg
+    >>> sg.jit(lambda x: nanmean(x, axis=0))(np.array([[1.0, np.nan], [3.0, 4.0]]))
+    array([2., 4.])
+    """
     _no_out("nanmean", out)
     return nansum(a, axis, keepdims=keepdims) / _count(a, axis, keepdims)
 
 
 def nanvar(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
            keepdims: bool = False) -> Any:
-    """``np.nanvar``: the variance of the entries that are not nan, divided by their count less ``ddof``."""
+    """``np.nanvar``: the variance of the entries that are not nan, divided by their count less ``ddof``.
+
+    >>> import symgrad as sg
+    >>> sg.grad(lambda x: nanvar(x))(np.array([1.0, np.nan, 3.0]))
+    array([-1.,  0.,  1.])
+    """
     _no_out("nanvar", out)
     d = np.where(a != a, 0.0, a - nanmean(a, axis, keepdims=True))
     return np.sum(d * d, axis=axis, keepdims=keepdims) / (_count(a, axis, keepdims) - ddof)
@@ -221,7 +231,12 @@ def nanvar(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: f
 
 def nanstd(a: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
            keepdims: bool = False) -> Any:
-    """``np.nanstd``: the square root of ``nanvar`` (derivative 0 where it is 0, as ``np.std``'s)."""
+    """``np.nanstd``: the square root of ``nanvar`` (derivative 0 where it is 0, as ``np.std``'s).
+
+    >>> import symgrad as sg
+    >>> float(sg.jit(lambda x: nanstd(x))(np.array([1.0, np.nan, 3.0])))
+    1.0
+    """
     v = nanvar(a, axis, dtype, out, ddof, keepdims)
     return np.where(v == 0.0, 0.0, np.sqrt(v))
 
@@ -232,7 +247,10 @@ def _nan_extreme(name: str, pick: Any, fill: float) -> Any:
         found = pick(np.where(a != a, fill, a), axis=axis, keepdims=keepdims)
         return np.where(_count(a, axis, keepdims) == 0.0, np.nan, found)
     extreme.__name__ = name
-    extreme.__doc__ = f"``np.{name}``: ignoring nan entries (nan where all are)."
+    extreme.__doc__ = (f"``np.{name}``: ignoring nan entries (nan where all are).\n\n"
+                       "    >>> import symgrad as sg\n"
+                       f"    >>> float(sg.jit(lambda x: np.{name}(x))(np.array([1.0, np.nan, 3.0])))\n"
+                       f"    {3.0 if name == 'nanmax' else 1.0}\n")
     return extreme
 
 
