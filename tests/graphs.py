@@ -45,7 +45,8 @@ GUARDS = {
     "gammaln": lambda a: sg.gammaln(_pos(a) + 0.25),
     "digamma": lambda a: sg.digamma(_pos(a) + 0.25),
     "polygamma": lambda a, b: sg.polygamma(2, _pos(a) + _pos(b) + 0.25),  # (the order: a whole number)
-    "sinc_derivative": lambda a, b: ops.OPS["sinc_derivative"](2.0, a + b),
+    "sinc": lambda a: sg.sinc(sg.tanh(a) * 3),  # (period 2: of exp(...) it swings faster than differences see)
+    "sinc_derivative": lambda a, b: ops.OPS["sinc_derivative"](2.0, sg.tanh(a + b) * 3),
     "ive": lambda a, b: ops.OPS["ive"](1.0, a + b),
     "erfinv": lambda a: ops.OPS["erfinv"](_unit(a)),
 }

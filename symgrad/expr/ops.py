@@ -417,9 +417,11 @@ def _sinc_derivative(n, a):  # (the compiled code's function: the same bits ever
     return np.vectorize(special_series.sinc_derivative, otypes=[float])(n, a)[()]
 
 
-def _sinc_sympy(n, a):
-    t = sympy.Dummy("t")
-    return sympy.diff(sympy.sinc(sympy.pi * t), t, int(n)).subs(t, a)
+def _sinc_sympy(n, a):  # (the closed form is 0/0 at 0: its limit there, the series' coefficient)
+    t, k = sympy.Dummy("t"), int(n)
+    at_zero = 0 if k % 2 else (-1) ** (k // 2) * sympy.pi ** k / (k + 1)
+    closed = sympy.diff(sympy.sinc(sympy.pi * t), t, k).subs(t, a)
+    return sympy.Piecewise((at_zero, sympy.Eq(a, 0)), (closed, True))
 
 
 sinc = _row("sinc", 1, lambda a: _sinc_derivative(0.0, a), "special.sinc_derivative(0.0, {0})",
@@ -436,6 +438,7 @@ FUNCTIONS.update(sinc=sinc, sinc_derivative=sinc_derivative)
 # (o - a)/b.
 fmod = _row("fmod", 2, np.fmod, "np.fmod({0}, {1})", (lambda a, b, o: 1.0, lambda a, b, o: (o - a) / b),
             ufunc=np.fmod, to_sympy=lambda a, b: a - b * sympy.sign(a / b) * sympy.floor(sympy.Abs(a / b)),
+            branch=lambda a, b: np.trunc(a / b),
             doc="C's fmod: the remainder of a / b truncated toward 0, with a's sign")
 # The inverse of erf (SciPy's in the interpreter), and exp(-|a|) I_n(a) of whole order n (as SciPy's ive),
 # compiled from expr/special_series.py (the interpreter runs its ive too). d ive(n, a) / da =
