@@ -166,3 +166,20 @@ def test_hessians_of_running_products_on_the_interpreter(axis):
     e = np.zeros_like(x)
     e[k] = 1e-6
     np.testing.assert_allclose(h[k], (g(x + e) - g(x - e)) / 2e-6, rtol=1e-6, atol=1e-9)
+
+
+def test_ldexp_at_the_ends_of_the_exponent_range():
+    """NumPy's bits where 2**i alone overflows or underflows (1e-300 * 2**1100 is 1.4e31), and the
+    constants of an element trace are not folded into an inf (2**550 * (2**550 * x))."""
+    a = np.array([1e-300, 1.5, 2.0, -3.0, 1e300])
+    i = np.array([1100, -1074, 5, -1080, -2000])
+    for backend in ("python", "vm"):
+        np.testing.assert_array_equal(sg.jit(lambda v: np.ldexp(v, i), backend=backend)(a), np.ldexp(a, i))
+    big = np.linspace(-3, 3, 80)
+    ib = (np.arange(80) * 37) % 2200 - 1100
+    with np.errstate(all="ignore"):
+        want = np.ldexp(big, ib)
+    np.testing.assert_array_equal(sg.jit(lambda v: np.ldexp(v, ib), backend="vm")(big), want)
+    x = sg.Var("x")
+    assert float(sg.evaluate(2.0 ** 550 * (2.0 ** 550 * x), {x: 1e-300})) == math.ldexp(1e-300, 1100)
+    assert str(3.0 * (2.0 * x)) == "6*x"

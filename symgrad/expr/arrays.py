@@ -35,6 +35,13 @@ def _fmax_fmin(pick: Callable) -> Callable:
     return lambda a, b: _F["where"](a != a, b, _F["where"](b != b, a, pick(a, b)))
 
 
+def _times_power_of_two(v: Any, k: Any) -> Any:
+    """``v * 2**k`` exactly, as ``np.ldexp``: in two halves (2**1100 alone overflows, and 1e-300 * 2**1100
+    does not), so the one rounding is the last product's."""
+    half = np.floor(k * 0.5)
+    return v * 2.0 ** half * 2.0 ** (k - half)
+
+
 # NumPy ufuncs that are a few ops each (the op table holds the ones that are exactly one op).
 _DERIVED: dict[Any, Callable] = {
     np.square: lambda a: a * a,
@@ -52,7 +59,7 @@ _DERIVED: dict[Any, Callable] = {
     np.rad2deg: lambda a: a * (180.0 / math.pi),
     np.fmax: _fmax_fmin(_F["maximum"]),
     np.fmin: _fmax_fmin(_F["minimum"]),
-    np.ldexp: lambda a, i: a * 2.0 ** i,
+    np.ldexp: _times_power_of_two,
     np.cbrt: lambda a: _F["where"](a < 0.0, -((-a) ** (1.0 / 3.0)), a ** (1.0 / 3.0)),
     np.trunc: lambda a: _F["where"](a < 0.0, _F["ceil"](a), _F["floor"](a)),
     np.rint: rint,
@@ -144,16 +151,12 @@ def frexp(x: Any) -> tuple[Any, Any]:
     >>> sg.grad(lambda v: np.sum(np.frexp(v)[0]))(np.array([3.0, -0.1]))
     array([0.25, 8.  ])
     """
-    def scaled(v: Any, k: Any) -> Any:  # v * 2**k in two exact halves (2**1074 alone overflows)
-        half = np.floor(k * 0.5)
-        return v * 2.0 ** half * 2.0 ** (k - half)
-
     a = np.abs(x)
     e = np.floor(np.log2(np.where(a > 0.0, a, 1.0))) + 1.0
-    m = scaled(a, -e)
+    m = _times_power_of_two(a, -e)
     e = e + np.where(m >= 1.0, 1.0, 0.0) - np.where(m < 0.5, 1.0, 0.0)
     e = np.where((a > 0.0) * (a < _INF), e, 0.0)
-    return scaled(x, -e), e
+    return _times_power_of_two(x, -e), e
 
 
 # ufuncs of two results, on traced values: ufunc -> (its arguments) -> both

@@ -3,8 +3,9 @@
 Every node is made by ``apply``.  The rewrites are a table (``RULES``): each
 rule looks at one node's arguments and may return a simpler equal node.  They
 are local and exact, except the documented identities x*0 = 0, x-x = 0, 0/x = 0
-(as in SymPy and CasADi), c1*(c2*x) = (c1*c2)*x (which may round differently
-in the last bit; it keeps repeated derivatives such as 6*x readable).  The
+(as in SymPy and CasADi), c1*(c2*x) = (c1*c2)*x where c1*c2 is a normal float
+(which may round differently in the last bit; it keeps repeated derivatives such
+as 6*x readable).  The
 ``where`` rules keep conditional zeros as nodes (CasADi's trick) so a nan in an
 untaken branch never reaches a gradient. A rule keeps the branch each point takes:
 derivatives differentiate that branch (where(x == 0, 0, x) is not x: at 0 its
@@ -143,6 +144,12 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
 
 def _is(e: Expr, v: float) -> bool:
     return e.op is _CONST and e.payload == v
+
+
+def _normal(v: float) -> bool:
+    """Whether ``v`` is a normal float: a product of constants folded into it rounds once, as the two
+    products would (2**550 * (2**550 * x) is not inf * x, nor 2**-600 * (2**-600 * x) 0 * x)."""
+    return 2.2250738585072014e-308 <= abs(v) <= 1.7976931348623157e308
 
 
 def _neg_const(e: Expr) -> bool:
@@ -288,7 +295,8 @@ RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {
         lambda a, b: b if _is(a, 1.0) else None,
         lambda a, b: ops.neg(b) if _is(a, -1.0) else None,
         lambda a, b: apply(ops.mul, (a.payload * b.args[0].payload, b.args[1]))
-        if a.op is _CONST and _of(b, "mul") and b.args[0].op is _CONST else None,
+        if a.op is _CONST and _of(b, "mul") and b.args[0].op is _CONST
+        and _normal(a.payload * b.args[0].payload) else None,
         lambda a, b: ops.neg(a.args[0] * b) if _of(a, "neg") else None,
         lambda a, b: ops.neg(a * b.args[0]) if _of(b, "neg") else None,
         _mul_where,

@@ -413,8 +413,11 @@ FUNCTIONS.update(gammaln=gammaln, digamma=digamma, polygamma=polygamma)
 # constant (nan otherwise).
 
 
-def _sinc_derivative(n, a):  # (the compiled code's function: the same bits everywhere)
-    return np.vectorize(special_series.sinc_derivative, otypes=[float])(n, a)[()]
+def _each(fn):  # a plain-Python function of floats over arrays (the compiled code's: the same bits everywhere)
+    return lambda *args: np.vectorize(fn, otypes=[float])(*args)[()]
+
+
+_sinc_derivative = _each(special_series.sinc_derivative)
 
 
 def _sinc_sympy(n, a):  # (the closed form is 0/0 at 0: its limit there, the series' coefficient)
@@ -429,7 +432,7 @@ sinc = _row("sinc", 1, lambda a: _sinc_derivative(0.0, a), "special.sinc_derivat
             to_sympy=lambda a: sympy.sinc(sympy.pi * a), latex=_func(r"\operatorname{sinc}"), finite=True,
             doc="NumPy's sinc: sin(pi a) / (pi a), 1 at 0")
 sinc_derivative = _row("sinc_derivative", 2, _sinc_derivative, "special.sinc_derivative({0}, {1})",
-                       (None, lambda n, a, o: sinc_derivative(n + 1.0, a)), to_sympy=_sinc_sympy, finite=True,
+                       (None, lambda n, a, o: sinc_derivative(n + 1.0, a)), to_sympy=_sinc_sympy,
                        latex=(r"\operatorname{sinc}^{(", (0, 0), r")}\left(", (1, 0), r"\right)"),
                        doc="the n-th derivative of sinc (args: n, a whole number, and a)")
 FUNCTIONS.update(sinc=sinc, sinc_derivative=sinc_derivative)
@@ -447,8 +450,7 @@ fmod = _row("fmod", 2, np.fmod, "np.fmod({0}, {1})", (lambda a, b, o: 1.0, lambd
 erfinv = _row("erfinv", 1, _scipy("erfinv"), "special.erfinv({0})",
               (lambda a, o: (0.5 * math.sqrt(math.pi)) * exp(o * o),), to_sympy="erfinv",
               latex=_func(r"\operatorname{erf}^{-1}"), doc="the inverse of erf on (-1, 1)")
-ive = _row("ive", 2, lambda n, a: np.vectorize(special_series.ive, otypes=[float])(n, a)[()],
-           "special.ive({0}, {1})",
+ive = _row("ive", 2, _each(special_series.ive), "special.ive({0}, {1})",
            (None, lambda n, a, o: 0.5 * (ive(n - 1.0, a) + ive(n + 1.0, a)) - sign(a) * o),
            to_sympy=lambda n, a: sympy.exp(-sympy.Abs(a)) * sympy.besseli(n, a),
            latex=(r"\tilde I_{", (0, 0), r"}\left(", (1, 0), r"\right)"),

@@ -93,9 +93,10 @@ class _Checker:
         self.found.append(Disagreement(probe, quantity, kind, detail, self.program))
 
     def compare(self, probe: str, quantity: str, got: Any, ref: Any, rtol: float, floor: float = 0.0) -> None:
-        if self.program.guarded:  # (at sqrt's or log's exact 0 a derivative is inf or nan by its terms' order)
+        if self.program.guarded:  # (at sqrt's or log's exact 0 a derivative is inf or nan by its terms' order;
+            # inf against -inf stays a disagreement)
             got, ref = np.asarray(got, dtype=float), np.asarray(ref, dtype=float)
-            singular = ~np.isfinite(got) & ~np.isfinite(ref)
+            singular = np.isnan(got) & np.isinf(ref) | np.isinf(got) & np.isnan(ref)
             got, ref = np.where(singular, np.nan, got), np.where(singular, np.nan, ref)
         detail = _mismatch(got, ref, rtol, floor)
         if detail:
