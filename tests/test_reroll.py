@@ -2,7 +2,7 @@
 the rolled value and gradient equal the scalar graph's."""
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
@@ -69,6 +69,7 @@ _OPS = [lambda a, b: a * b, lambda a, b: a - b, lambda a, b: sg.sin(a) + b, lamb
 @given(offsets=st.lists(st.integers(0, 3), min_size=2, max_size=4), ops=st.lists(st.integers(0, 5), min_size=1,
        max_size=4), step=st.sampled_from([1, 2, 3]), count=st.integers(MIN_TERMS - 2, MIN_TERMS + 40),
        gap=st.integers(0, 120), seed=st.integers(0, 2**16))
+@example(offsets=[0, 0], ops=[1, 1, 1], step=1, count=64, gap=0, seed=0)  # (-x[i] - x[i]: each term twice)
 def test_random_stencils_roll_to_the_same_value_and_gradient(offsets, ops, step, count, gap, seed):
     """Terms of random shape over entries at random offsets, at bases stepping by 1-3 with a gap
     somewhere (two runs, or one run and leftovers): the value and gradient of the scalar graph."""

@@ -13,10 +13,13 @@ reading the array's entries.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from symgrad.expr import rolled
+from symgrad.expr.build import apply
 from symgrad.expr.node import Expr
+from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import substitute, terms, topo_order, total
 
 MIN_TERMS = 64  # a family of alike terms this long is rolled (shorter ones run as fast straight-line)
@@ -70,7 +73,9 @@ def reroll(f: Expr, inputs: list[Expr]) -> tuple[Expr, list[Expr]] | None:
     new, where = arrays(inputs)
     if not where:
         return None
-    parts_of_f = terms(f, signed=True)
+    # (a term there k times, as -x[i] - x[i] splits, is k * term: the runs step by one base at a time)
+    counts = Counter(terms(f, signed=True))
+    parts_of_f = [t if k == 1 else apply(OPS["mul"], (float(k), t)) for t, k in counts.items()]
     if len(parts_of_f) < MIN_TERMS:
         return None
     families: dict[int, list[tuple[int, Expr]]] = {}  # a term's shape (see _canonical) -> (base, term)
