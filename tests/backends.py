@@ -33,3 +33,13 @@ def agree_sum(got, terms, rtol: float = 1e-9) -> bool:
     terms = np.asarray(terms, dtype=float)
     with np.errstate(invalid="ignore"):
         return agree(got, terms.sum(axis=0), rtol, scale=np.abs(terms).sum(axis=0))
+
+
+def central_differences(f, x, h=1e-6):
+    """The gradient of the scalar function ``f`` at the float array ``x`` by central differences."""
+    out = np.zeros_like(x)
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[k] = h
+        out.flat[k] = (f(x + e) - f(x - e)) / (2 * h)
+    return out

@@ -260,11 +260,6 @@ UNSUPPORTED: dict[str, str] = {
     # Python, work: the comparisons are decided by the call's values, as guards of the trace)
     # np.angle of a traced float (arrays work)
     "systematic/angle [*-small]": "np.angle cannot run on symbolic arrays",
-    # sorting: the order depends on the values
-    "systematic/sort [*-small]": "np.sort needs the values of its arguments",
-    "systematic/sort [*-rolled]": "np.sort needs the values of its arguments",
-    "systematic/partition [*-small]": "np.partition needs the values of its arguments",
-    "systematic/partition [*-rolled]": "np.partition needs the values of its arguments",
 }
 
 

@@ -10,22 +10,13 @@ import mpmath
 import numpy as np
 import pytest
 import scipy.special as ss
+from backends import central_differences as _fd
 
 import symgrad as sg
 from symgrad import lax
 
 RNG = np.random.default_rng(40)
 BACKENDS = ["python", "vm", "numba"]
-
-
-def _fd(f, x, h=1e-6):
-    """Central differences of the scalar function f at the array x."""
-    out = np.zeros_like(x)
-    for k in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[k] = h
-        out.flat[k] = (f(x + e) - f(x - e)) / (2 * h)
-    return out
 
 
 ELEMENTWISE = {  # name -> (function, inputs' sampler)

@@ -202,10 +202,29 @@ def _running_source(filler: _Filler, step: Step, at: _Scope) -> None:
     _running(nodes[0], filler.buffers, filler.emitter, at.top, at.sched.fused)
 
 
+def _sort_source(filler: _Filler, step: Step, at: _Scope) -> None:
+    """An argsort: each row along its axis copied out, sorted by Numba's stable sort (NumPy's order,
+    nan last), its positions stored."""
+    node = filler.placed(step, at)[0]
+    axis, shape, fresh = node.payload, node.shape, filler.emitter.fresh
+    names, row, order, k = [fresh("i") for _ in shape], fresh("r"), fresh("o"), fresh("i")
+    names[axis] = k
+    here = ", ".join(names)
+    outer = [(name, n) for d, (name, n) in enumerate(zip(names, shape)) if d != axis]
+    pad = "    " * len(outer)
+    at.top.lines.append(f"{row} = np.empty({shape[axis]})")
+    at.top.lines += ["    " * d + f"for {name} in range({n}):" for d, (name, n) in enumerate(outer)]
+    at.top.lines += [pad + f"for {k} in range({shape[axis]}):",
+                     pad + f"    {row}[{k}] = {filler.buffers[node.args[0]]}[{here}]",
+                     pad + f"{order} = np.argsort({row}, kind=\"mergesort\")",
+                     pad + f"for {k} in range({shape[axis]}):",
+                     pad + f"    {filler.buffers[node]}[{here}] = {order}[{k}]"]
+
+
 # A step's kind -> the lines computing it (the scan's row: scan_loops.py).
 STEP_SOURCE: dict[str, Callable[[_Filler, Step, _Scope], None]] = {
     "fill": _nest_source, "add": _nest_source, "zero": _zero_source, "dot": _dot_source,
-    "running": _running_source}
+    "running": _running_source, "sort": _sort_source}
 
 
 def _copied(emitter: _Emitter, memory: str, start: int | str, source: str, size: int) -> list[str]:

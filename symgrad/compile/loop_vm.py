@@ -38,7 +38,7 @@ BLOCK = 512  # lanes per register: past ~256 the dispatch per instruction is noi
 X, P, OUT, WORK, TABLES = range(5)  # the memories a load or store names
 # Pseudo-ops, past the op table's codes. Rows are (op, d, a, b, c, e).
 (CONST, FLAT, COUNTER, LOAD, STORE, ADDTO, ACCINIT, ACC, FOLD, LOOP, ENDLOOP, NEST, ENDNEST, ZERO, COPY,
- DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS, FOLDED) = range(1000, 1023)
+ DOT, RET, IDIV, IMOD, CLAMP, SCAN, ROWS, FOLDED, SORT) = range(1000, 1024)
 _KINDS = {"sum": 0, "max": 1, "min": 2}
 INTERLEAVED = 3  # a FOLD's kind: a sum into SLOTS accumulators (see loop_emitter.interleaved), FOLDED after
 
@@ -82,6 +82,7 @@ _PSEUDO = [
     (COPY, _MEMORY.format("a") + "\nS = M\n" + _MEMORY.format("c") + "\nM[b:b + e] = S[d:d + e]"),
     (DOT, "dot(ints[a:a + 16], x, p, out, work, tables)"),
     (SCAN, "scan(ints[a:a + 8], x, p, out, work, tables)"),
+    (SORT, "argsort(ints[a:a + 8], x, p, out, work, tables)"),
     # a row of a scan's carries, or of a stacked input, at the step a loop counter counts (ints:
     # source memory, offset, stride; destination memory, offset, stride; size; counter)
     (ROWS, "g = ints[a:a + 8]\ns = counters[g[7]]\n" + _MEMORY.format("g[0]") + "\nS = M\n" +
@@ -151,12 +152,19 @@ def product(q, o, at, a, at_a, b, at_b):
 
 
 @numba.njit(**_jit)
-def scan(q, x, p, out, work, tables):
-    # q: source memory, offset; destination memory, offset; outer, axis and inner sizes; reversed
+def along(q, x, p, out, work, tables):
+    # q: source memory, offset; destination memory, offset; outer, axis and inner sizes: both as 3-D views
     mems = (x, p, out, work, tables)
+    size = q[4] * q[5] * q[6]
+    return (mems[q[0]][q[1]:q[1] + size].reshape((q[4], q[5], q[6])),
+            mems[q[2]][q[3]:q[3] + size].reshape((q[4], q[5], q[6])))
+
+
+@numba.njit(**_jit)
+def scan(q, x, p, out, work, tables):
+    # q: as along's, then whether reversed
+    S, D = along(q, x, p, out, work, tables)
     n, inner = q[5], q[6]
-    S = mems[q[0]][q[1]:q[1] + q[4] * n * inner].reshape((q[4], n, inner))
-    D = mems[q[2]][q[3]:q[3] + q[4] * n * inner].reshape((q[4], n, inner))
     for o in range(q[4]):
         if inner == 1:  # along the last axis: the sum so far in a register
             acc = 0.0
@@ -169,6 +177,21 @@ def scan(q, x, p, out, work, tables):
             at = n - 1 - k if q[7] else k
             for j in range(inner):
                 D[o, at, j] = S[o, at, j] + (D[o, at + 1 if q[7] else at - 1, j] if k > 0 else 0.0)
+
+
+@numba.njit(**_jit)
+def argsort(q, x, p, out, work, tables):
+    # q: as along's; each row along the axis gets the positions sorting it (stable, nan last: NumPy's)
+    S, D = along(q, x, p, out, work, tables)
+    n, inner = q[5], q[6]
+    row = np.empty(n)
+    for o in range(q[4]):
+        for j in range(inner):
+            for k in range(n):
+                row[k] = S[o, k, j]
+            order = np.argsort(row, kind="mergesort")
+            for k in range(n):
+                D[o, k, j] = order[k]
 
 
 @numba.njit(**_jit)
@@ -433,13 +456,21 @@ def _dot_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, al
 
 
 def _running_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, along: list) -> None:
-    lowering.ints += _scan_operands(lowering.placed(step, sched), lowering.buffers)
+    node = lowering.placed(step, sched)
+    lowering.ints += _along_axis(node, *node.payload, lowering.buffers)
     top.lines.append((SCAN, 0, len(lowering.ints) - 8, 0, 0, 0))
+
+
+def _sort_rows(lowering: _Lowering, step: Step, sched: Schedule, top: _Region, along: list) -> None:
+    node = lowering.placed(step, sched)
+    lowering.ints += _along_axis(node, node.payload, False, lowering.buffers)
+    top.lines.append((SORT, 0, len(lowering.ints) - 8, 0, 0, 0))
 
 
 # A step's kind -> the rows computing it (the scan's row: scan_loops.py).
 STEP_ROWS: dict[str, Callable[[_Lowering, Step, Schedule, _Region, list], None]] = {
-    "fill": _nest_rows, "add": _nest_rows, "zero": _zero_rows, "dot": _dot_rows, "running": _running_rows}
+    "fill": _nest_rows, "add": _nest_rows, "zero": _zero_rows, "dot": _dot_rows, "running": _running_rows,
+    "sort": _sort_rows}
 
 
 def _nest(group: list[Expr], emitter: _Lanes, top: _Region, riders: list) -> None:
@@ -494,9 +525,10 @@ def _dot_operands(node: Expr, buffers: dict) -> list[int]:
                                                                   node.shape[0] if batched else 1]
 
 
-def _scan_operands(node: Expr, buffers: dict) -> list[int]:
-    """The 8 integers of a SCAN row (see the module's ``scan``) for the running sums ``node``."""
-    (axis, reverse), shape = node.payload, node.shape
+def _along_axis(node: Expr, axis: int, reverse: bool, buffers: dict) -> list[int]:
+    """The 8 integers of a SCAN or SORT row (see the module's ``scan``) for ``node`` (running sums, an
+    argsort) of its argument along ``axis``."""
+    shape = node.shape
     return [*buffers[node.args[0]], *buffers[node], math.prod(shape[:axis]), shape[axis],
             math.prod(shape[axis + 1:]), int(reverse)]
 

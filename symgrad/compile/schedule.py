@@ -4,9 +4,10 @@ that tensor's), and the checker every schedule passes before any backend runs it
 
 Steps: "fill" (tensors over the same ranges in one loop nest), "zero" (a buffer scatters add into),
 "add" (scatters over the same ranges in one nest, adding at their addresses), "dot" (a BLAS
-product), "running" (running sums), "scan" (a loop over a scan's steps around its step's own
-schedule, registered in scan_loops.py). The compiled loops (loop_source.py) and the loop VM
-(loop_vm.py) translate the same steps, each kind by a row of its table.
+product), "running" (running sums), "sort" (an argsort: the positions sorting each row), "scan" (a
+loop over a scan's steps around its step's own schedule, registered in scan_loops.py). The compiled
+loops (loop_source.py) and the loop VM (loop_vm.py) translate the same steps, each kind by a row of
+its table.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def schedule(outputs: list[Expr]) -> Schedule:
 OWN_STEPS: dict[str, Callable[[Expr], list[Step]]] = {
     "scatter": lambda node: [Step("zero", (node,)), Step("add", (node,))],
     "cumsum": lambda node: [Step("running", (node,))],
+    "argsort": lambda node: [Step("sort", (node,))],
 }
 
 

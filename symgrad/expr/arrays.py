@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import linalg, ops, reductions, tracing
+from symgrad.expr import linalg, ops, reductions, sorting, tracing
 from symgrad.expr.functions import FUNCS, UFUNCS, SymArray, rint, wrap
 from symgrad.expr.node import Expr, TracingError
 
@@ -137,9 +137,8 @@ def known(ufunc: Any) -> None:
 # Reductions NumPy's own object loops do with Python operators (and an identity for empty input).
 _NATIVE = {np.add, np.multiply, np.matmul}
 # Array functions that choose by comparing values: nothing to trace.
-_NEED_VALUES = {np.sort, np.argsort, np.argmax, np.argmin, np.nonzero, np.flatnonzero, np.argwhere,
-                np.unique, np.searchsorted, np.partition, np.argpartition, np.median, np.percentile,
-                np.quantile, np.isclose, np.allclose, np.array_equal}
+_NEED_VALUES = {np.argmax, np.argmin, np.nonzero, np.flatnonzero, np.argwhere, np.unique, np.searchsorted,
+                np.argpartition, np.isclose, np.allclose, np.array_equal}
 
 
 def frexp(x: Any) -> tuple[Any, Any]:
@@ -377,6 +376,7 @@ _OVERRIDES: dict[Any, Callable] = {
 }
 _OVERRIDES[np.around] = _OVERRIDES[np.round]
 _OVERRIDES.update(reductions.NANS)
+_OVERRIDES.update(sorting.SORTING)
 
 
 def _scalar_like(func: Any, fill: float | None) -> Callable:

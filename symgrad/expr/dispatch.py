@@ -16,6 +16,7 @@ from symgrad.expr.ndarrays import elementwise, is_array, operand, reshape
 from symgrad.expr.node import TracingError
 from symgrad.expr.reductions import NANS, cumsum, mean, norm, prod, reduce, std, var
 from symgrad.expr.reshaping import concatenate, moveaxis, pad, split, squeeze, stack, transpose
+from symgrad.expr.sorting import SORTING
 
 
 def _reducer(kind: str) -> Any:
@@ -69,7 +70,7 @@ FUNCTIONS: dict[Any, Any] = {
     np.moveaxis: moveaxis, np.swapaxes: lambda a, i, j: moveaxis(a, [i, j], [j, i]), np.squeeze: squeeze,
     np.pad: pad, np.linalg.norm: norm, np.prod: prod, np.cumsum: cumsum,
     np.sinc: lambda x: elementwise(ops.OPS["sinc"], (x,)),
-    **NANS,
+    **NANS, **SORTING,
     np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
                                             a.shape[int(axis) % (a.ndim + 1):]),
 }

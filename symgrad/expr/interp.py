@@ -134,6 +134,12 @@ class Rolled:
             return np.flip(np.cumsum(np.flip(value, axis), axis), axis)
         return np.cumsum(value, axis)
 
+    def argsort(self, value: np.ndarray, axis: int) -> np.ndarray:
+        if self.symbolic:
+            raise TypeError("unroll: np.sort / argsort of a rolled array has no unrolled form (the order depends "
+                            "on the values)")
+        return np.argsort(value, axis, kind="stable").astype(float)
+
     def scan(self, node: Expr, args: list) -> np.ndarray:
         """Every carry (the initial one first, last if reversed): the step's graph run once a step on
         the placeholders' values."""

@@ -348,8 +348,9 @@ tensor = _row("tensor", -1, None, None, kind="rolled", array_valued=True, binds=
               evaluate=lambda node, args, ctx: ctx.materialise(args[0], node.args[1:]),
               doc="the array whose element at the index arguments is the body", finite=True)
 scatter = _row("scatter", -1, None, None, kind="rolled", array_valued=True, binds=True,
-               template=lambda node: ("scatter(", *call_template("", 1 + node.payload[1], "")[1:-1], ", ",
-                                      *_ranges(node, 1 + node.payload[1]), ")"),
+               template=lambda node: ("scatter(", *call_template("", 1 + node.payload[1], "")[1:-1],
+                                      *((", ", *_ranges(node, 1 + node.payload[1])) if len(node.args) >
+                                        1 + node.payload[1] else ()), ")"),
                evaluate=lambda node, args, ctx: ctx.scatter(node, args),
                doc="the array of sums of a body into addresses over bound indices (payload: shape, "
                    "number of addresses); args: body, addresses, indices", finite=True)
@@ -367,6 +368,13 @@ cumsum = _row("cumsum", 1, None, None, kind="rolled", array_valued=True,
               evaluate=lambda node, args, ctx: ctx.cumsum(args[0], *node.payload),
               doc="the running sums of an array along an axis, from its start (from its end: reverse); "
                   "a sequential loop (payload: axis, reverse)", finite=True)
+argsort = _row("argsort", 1, None, None, kind="rolled", array_valued=True,
+               template=lambda node: ("argsort(", (0, 0), f", axis={node.payload})"),
+               latex=lambda node: (rf"\operatorname{{argsort}}_{{{node.payload}}}\left(", (0, 0), r"\right)"),
+               evaluate=lambda node, args, ctx: ctx.argsort(args[0], node.payload),
+               doc="the positions that sort an array along an axis (payload: axis), a stable sort with nan "
+                   "last, as np.argsort(kind=\"stable\"): integer data, no derivative (np.sort gathers "
+                   "through it)", finite=True)
 
 scan = _row("scan", -1, None, None, kind="rolled", array_valued=True,
             template=lambda node: ("scan(", str(node.payload[2]), *(x for k in range(len(node.args))

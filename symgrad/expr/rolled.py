@@ -82,7 +82,7 @@ def shape_of(node: Expr) -> tuple:
         return node.payload[1] if name == "array" else node.payload[0]
     if name == "tensor":
         return tuple(i.payload[1] for i in node.args[1:])
-    if name == "cumsum":
+    if name == "cumsum" or name == "argsort":
         return shape_of(node.args[0])
     if name == "scan":
         return (node.payload[0] + 1, *shape_of(node.args[0]))
@@ -469,6 +469,22 @@ def cumsum(arr: Expr, axis: int, reverse: bool = False) -> Expr:
     if not isinstance(axis, int | np.integer) or not 0 <= axis < len(shape):
         raise ValueError(f"cumsum: axis {axis!r} is not an axis of {arr}, of shape {shape}")
     return intern(ops.cumsum, (arr,), (int(axis), bool(reverse)))
+
+
+def argsort(arr: Expr, axis: int) -> Expr:
+    """The positions that sort the array ``arr`` along ``axis`` (a stable sort, nan last): integer data
+    computed where it runs, through which ``np.sort`` gathers (its adjoint scatters back by them).
+
+    >>> x = array("x", 4)
+    >>> argsort(x, 0), argsort(x, 0).shape
+    (argsort(x, axis=0), (4,))
+    """
+    if not _is_array(arr):
+        raise TypeError(f"argsort: the positions sorting an array, not the expression {arr}")
+    shape = shape_of(arr)
+    if not isinstance(axis, int | np.integer) or not 0 <= axis < len(shape):
+        raise ValueError(f"argsort: axis {axis!r} is not an axis of {arr}, of shape {shape}")
+    return intern(ops.argsort, (arr,), int(axis))
 
 
 def unroll(exprs: Any) -> Any:

@@ -255,7 +255,7 @@ def one_line(thing: Any, width: int = 60) -> str:
     return " ".join(str(thing).split())[:width]
 
 
-_MIN_ARGS = {"scan": 1, "scatter": 3}  # (other ops of any arity: loads, tensors take at least 2)
+_MIN_ARGS = {"scan": 1, "scatter": 2}  # (other ops of any arity: loads, tensors take at least 2)
 
 
 def _const(k: int, payload: Any) -> Expr:

@@ -455,9 +455,25 @@ def _statistic(g: _Gen) -> tuple[str, tuple] | None:
     return f"{kind}({a})", ()
 
 
+def _sorting(g: _Gen) -> tuple[str, tuple] | None:
+    """np.sort / np.partition along an axis; np.median, np.quantile, np.percentile of all or along an axis."""
+    a, s = g.pick(lambda s: len(s) >= 1)
+    kind = g.choice(["sort", "sort", "partition", "median", "quantile", "percentile"])
+    axis = int(g.rng.integers(len(s)))
+    if kind == "sort":
+        return f"np.sort({a}, axis={axis})", s
+    if kind == "partition":
+        return f"np.partition({a}, {int(g.rng.integers(s[axis]))}, axis={axis})", s
+    over, reduced = g.choice([(f", axis={axis}", s[:axis] + s[axis + 1:]), ("", ())])
+    if kind == "median":
+        return f"np.median({a}{over})", reduced
+    q = round(float(g.rng.uniform(0.0, 1.0)), 2) * (100 if kind == "percentile" else 1)
+    return f"np.{kind}({a}, {q}{over}, method='{g.choice(['linear', 'lower', 'midpoint', 'hazen'])}')", reduced
+
+
 _MOVES = [(_unary, 4), (_binary, 5), (_gather, 3), (_slice, 2), (_reshape, 2), (_join, 1), (_reduce, 2),
           (_product, 1.5), (_cumsum, 1), (_scan, 1), (_gather2d, 1), (_outer, 0.7), (_nested, 0.7),
-          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1), (_branches, 1)]
+          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1), (_branches, 1), (_sorting, 1)]
 
 
 def _tie(text: str) -> bool:
