@@ -258,8 +258,6 @@ UNSUPPORTED: dict[str, str] = {
     "numpy/cast to int [*-rolled]": "cannot be used as an integer (an index, a range or a shape)",
     # (np.max / np.min of np.array([x, x, ...]), a NumPy object array whose reductions compare its entries in
     # Python, work: the comparisons are decided by the call's values, as guards of the trace)
-    # np.angle of a traced float (arrays work)
-    "systematic/angle [*-small]": "np.angle cannot run on symbolic arrays",
 }
 
 

@@ -375,6 +375,8 @@ _OVERRIDES: dict[Any, Callable] = {
     np.interp: _needs_values("np.interp searches the points: pass x as data, or write it with np.where"),
 }
 _OVERRIDES[np.around] = _OVERRIDES[np.round]
+# np.angle of real values: arctan2(0, x), pi where x < 0 or is -0.0 (traced values are real)
+_OVERRIDES[np.angle] = lambda z, deg=False: np.arctan2(0.0, z) * (180.0 / np.pi if deg else 1.0)
 _OVERRIDES.update(reductions.NANS)
 _OVERRIDES.update(sorting.SORTING)
 

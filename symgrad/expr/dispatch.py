@@ -70,6 +70,7 @@ FUNCTIONS: dict[Any, Any] = {
     np.moveaxis: moveaxis, np.swapaxes: lambda a, i, j: moveaxis(a, [i, j], [j, i]), np.squeeze: squeeze,
     np.pad: pad, np.linalg.norm: norm, np.prod: prod, np.cumsum: cumsum,
     np.sinc: lambda x: elementwise(ops.OPS["sinc"], (x,)),
+    np.angle: lambda z, deg=False: np.arctan2(0.0, z) * (180.0 / np.pi if deg else 1.0),
     **NANS, **SORTING,
     np.expand_dims: lambda a, axis: reshape(a, a.shape[:int(axis) % (a.ndim + 1)] + (1,) +
                                             a.shape[int(axis) % (a.ndim + 1):]),

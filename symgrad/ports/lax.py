@@ -23,7 +23,7 @@ from symgrad.util import pytree
 stop_gradient = FUNCS["stop_gradient"]
 
 __all__ = ["associative_scan", "cond", "dynamic_slice", "dynamic_update_slice", "fori_loop", "map", "scan",
-           "select", "stop_gradient", "switch", "while_loop"]
+           "select", "sort", "stop_gradient", "switch", "while_loop"]
 
 
 def select(pred: Any, on_true: Any, on_false: Any) -> Any:
@@ -33,6 +33,19 @@ def select(pred: Any, on_true: Any, on_false: Any) -> Any:
     array([1., 4.])
     """
     return np.where(pred, on_true, on_false)
+
+
+def sort(operand: Any, dimension: int = -1, is_stable: bool = True, num_keys: int = 1) -> Any:
+    """``jax.lax.sort`` of one array: ``np.sort`` along ``dimension`` (stable whatever ``is_stable``;
+    sorting several operands by keys raises NotImplementedError).
+
+    >>> sort(np.array([3.0, 1.0, 2.0]))
+    array([1., 2., 3.])
+    """
+    if isinstance(operand, tuple | list):
+        raise NotImplementedError("lax.sort of several operands (sorting by keys): sort one array, or gather the "
+                                  "others with np.argsort of the keys")
+    return np.sort(operand, axis=dimension)
 
 
 def map(f: Callable, xs: Any, *, batch_size: int | None = None) -> Any:  # noqa: A001 (JAX's name)
