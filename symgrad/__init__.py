@@ -13,6 +13,7 @@ from symgrad import compile, parse  # callable modules: sg.compile(...), symgrad
 from symgrad.check import GradCheckReport, GradientCheckError, check_grad, check_grads
 from symgrad.compile.function import Compiled
 from symgrad.compile.program import Program
+from symgrad.export import export_c
 from symgrad.expr.build import Var, const, symbols, vector
 from symgrad.expr.diff import diff
 from symgrad.expr.dot import to_dot

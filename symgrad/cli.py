@@ -1,7 +1,10 @@
-"""The ``symgrad`` command: a formula's derivatives, value, gradient and check at a point.
+"""The ``symgrad`` command: a formula's derivatives, value, gradient and check at a point; ``symgrad
+export``: a formula's or a Python function's derivatives as standalone C.
 
     symgrad "x*y + sin(x)" --at x=2,y=3
     symgrad "a*exp(-b*t)" --wrt a,b --at a=1,b=2,t=0.5 --hessian --json
+    symgrad export "x*y + sin(x)" --wrt x,y --name f --to out/
+    symgrad export mymodule:loss --shapes 10,3x4 --transform value_and_grad --to out/
 """
 
 from __future__ import annotations
@@ -228,14 +231,88 @@ def _formula_last(argv: list[str]) -> list[str]:
 _VALUED = {"--at", "--wrt", "--backend"}
 
 
+def _export_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="symgrad export", description="Write a formula's or a Python function's derivatives as "
+                "standalone C (CasADi's calling convention; docs/export.md)")
+    p.add_argument("what", help='a formula ("x*y + sin(x)") or module:function (traced at --shapes)')
+    p.add_argument("--wrt", default=None, help="a formula's variables to differentiate (default: all; the "
+                   "others are parameters, inputs after them)")
+    p.add_argument("--shapes", default="", help="module:function's argument shapes, comma-separated: 1000, "
+                   "3x4, or 1 for a scalar")
+    p.add_argument("--transform", default="value_and_grad", choices=sorted(_TRANSFORMS),
+                   help="what to export (hessian_sparse: the Hessian's nonzeros, compressed columns)")
+    p.add_argument("--name", default="f", help="the C function's name (and of its files)")
+    p.add_argument("--to", default=".", help="the directory to write NAME.c and NAME.h to")
+    return p
+
+
+_TRANSFORMS = {"value_and_grad", "grad", "jit", "hessian", "hessian_sparse", "jacobian"}
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise CliError(f"--shapes: expected sizes such as 1000 or 3x4, got {text!r}") from None
+    if any(d < 1 for d in shape):
+        raise CliError(f"--shapes: sizes must be positive, got {text!r}")
+    return () if shape == (1,) else shape
+
+
+def export(argv: list[str]) -> tuple[Any, Any]:
+    """``symgrad export``: write the C file and header; returns their paths.
+
+    >>> import tempfile
+    >>> [p.name for p in export(["x*y + sin(x)", "--name", "f", "--to", tempfile.mkdtemp()])]
+    ['f.c', 'f.h']
+    """
+    args = _export_parser().parse_args(argv)
+    if ":" in args.what and not args.wrt:
+        import importlib
+
+        module, _, name = args.what.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as e:
+            raise CliError(f"cannot load {args.what!r}: {e}") from None
+        shapes = [_shape(t) for t in args.shapes.split(",") if t.strip()]
+        rng = np.random.default_rng(0)
+        example = [float(rng.normal()) if s == () else rng.normal(size=s) for s in shapes]
+        transform = getattr(symgrad, args.transform.removesuffix("_sparse"))
+        traced = transform(fn, sparse=True) if args.transform == "hessian_sparse" else transform(fn)
+        return symgrad.export_c(traced, *example, name=args.name, directory=args.to)
+    f = parse(args.what)
+    variables = free_variables(f)
+    wrt = _wrt(args.wrt, variables)
+    params = [v for v in variables if v not in set(wrt)]
+    if args.transform in ("hessian", "hessian_sparse"):
+        fun = compile(symgrad.hessian(f, wrt, sparse=args.transform == "hessian_sparse"), wrt, params)
+    elif args.transform in ("grad", "jacobian"):
+        fun = compile(grad(f, wrt), wrt, params)
+    else:
+        fun = value_and_grad(f, wrt, params) if args.transform == "value_and_grad" else compile(f, wrt, params)
+    return symgrad.export_c(fun, name=args.name, directory=args.to)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``symgrad`` console script: exit 0, 1 when ``--check`` fails, 2 for bad input.
 
     >>> main(["x**2", "--wrt", "x,x"])
     2
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export"]:
+        try:
+            written = export(argv[1:])
+        except SystemExit as done:
+            return int(done.code or 0)
+        except (CliError, ParseError, ValueError, TypeError, NotImplementedError, RuntimeError) as err:
+            _print_safely(f"symgrad export: {err}", sys.stderr)
+            return 2
+        _print_safely("\n".join(map(str, written)), sys.stdout)
+        return 0
     try:
-        args = _parser().parse_args(_formula_last(sys.argv[1:] if argv is None else argv))
+        args = _parser().parse_args(_formula_last(argv))
         out, objects = _results(args)
         text = _render(args, out, objects)
     except SystemExit as done:  # --help

@@ -207,3 +207,36 @@ def test_random_rows_with_ties_and_specials_sort_as_numpy(values, rolled):
     for backend in ["python", "vm"]:
         np.testing.assert_array_equal(sg.jit(np.sort, backend=backend)(x), np.sort(x))
         np.testing.assert_array_equal(sg.jit(np.median, backend=backend)(x), np.median(x))
+
+
+@pytest.mark.parametrize("size", [6, 70])
+def test_positions_are_integers_and_index_on_both_paths(size):
+    x = _distinct((size,))
+    idx = sg.jit(np.argsort)(x)
+    assert idx.dtype == np.int64 and np.array_equal(idx, np.argsort(x))
+    assert sg.jit(lambda a: np.argsort(a) * 1.0)(x).dtype == np.float64
+    np.testing.assert_array_equal(sg.jit(lambda a: a.argsort() + 0)(x), np.argsort(x))
+    np.testing.assert_array_equal(sg.jit(lambda a: a[np.argsort(a)[1]])(x), np.sort(x)[1])
+    g = sg.grad(lambda a: a[np.argsort(a)[1]] ** 2)(x)
+    np.testing.assert_array_equal(g, np.where(np.arange(size) == np.argsort(x)[1], 2 * np.sort(x)[1], 0.0))
+
+
+def test_quantiles_at_infinities_and_empty_axes_are_numpys():
+    for x in (np.array([1.0, 1.5, np.inf]), np.array([-np.inf, 1.0, 2.0]), np.r_[np.arange(70.0), np.inf]):
+        q = [0.0, 0.25, 0.5, 1.0]
+        with np.errstate(invalid="ignore"):
+            want = np.quantile(x, q)
+        np.testing.assert_array_equal(sg.jit(lambda a, q=q: np.quantile(a, q))(x), want)
+    for shape in [(3, 4), (8, 10)]:
+        a = _distinct(shape)
+        np.testing.assert_array_equal(sg.jit(lambda v: np.median(v, axis=()))(a), a)
+        np.testing.assert_array_equal(sg.jit(lambda v: np.quantile(v, [0.5], axis=()))(a), a[None])
+
+
+def test_nan_ignoring_medians_and_in_place_sorts_say_what_to_write():
+    x = _distinct((70,))
+    with pytest.raises(sg.TracingError, match="np.nanmedian's sorted entries depend on how many are nan"):
+        sg.jit(np.nanmedian)(x)
+    b = sg.array("b", 70)
+    with pytest.raises(TypeError, match="in place"):
+        b.sort()

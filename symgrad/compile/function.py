@@ -21,7 +21,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from symgrad.compile import backends, loop_vm, scan_loops  # noqa: F401 (importing them registers their rows)
+from symgrad.compile import backends, c_backend, loop_vm, scan_loops  # noqa: F401 (importing them registers their rows)
 from symgrad.compile.backends import numba_on_disk
 from symgrad.compile.kernels import REGISTRY, Kernels
 from symgrad.compile.loop_program import LoopProgram
@@ -84,6 +84,17 @@ class Compiled:
         if callable(self._source):
             self._source = self._source()
         return self._source
+
+    @property
+    def pattern(self) -> tuple | None:
+        """A sparse result's pattern, ``(indices, indptr, shape)`` in CSR order (its entries as computed), or None.
+
+        >>> import symgrad as sg
+        >>> x = sg.vector("x", 2)
+        >>> sg.compile(sg.hessian(x[0] * x[1], list(x), sparse=True), list(x)).pattern[2]
+        (2, 2)
+        """
+        return self._pattern
 
     @property
     def n_ops(self) -> int:

@@ -379,6 +379,10 @@ _OVERRIDES[np.around] = _OVERRIDES[np.round]
 _OVERRIDES[np.angle] = lambda z, deg=False: np.arctan2(0.0, z) * (180.0 / np.pi if deg else 1.0)
 _OVERRIDES.update(reductions.NANS)
 _OVERRIDES.update(sorting.SORTING)
+_OVERRIDES.update({f: _needs_values(f"np.{f.__name__}'s sorted entries depend on how many are nan, known only "
+                                    "from the values: not supported yet; write np.median / np.quantile of "
+                                    "np.where(np.isnan(x), fill, x), or pass x as data")
+                   for f in (np.nanmedian, np.nanquantile, np.nanpercentile)})
 
 
 def _scalar_like(func: Any, fill: float | None) -> Callable:

@@ -54,10 +54,12 @@ class SymArray(np.ndarray):
                 raise TracingError(MASK_MESSAGE if _conditions(k) else "an array of traced values as an index: "
                                    "an index array must be made of integers known while tracing (or an argument "
                                    "of an integer dtype, traced rolled)")
-            if isinstance(k, Expr) and k.op.array_valued:  # a traced integer array: a gather, rolled
+            if isinstance(k, Expr) and (k.op.array_valued or _positions(k)):  # traced integers: a gather, rolled
                 return GATHER[0](self, key)
             if isinstance(k, Expr):  # (fori_loop then runs its loop in Python; an int argument is specialised)
-                raise TracingError(f"an array traced element by element indexed by the traced scalar {k}"[:160])
+                raise TracingError(f"an array traced element by element indexed by the traced scalar "
+                                   f"{' '.join(str(k).split())[:60]}: an index must be known while tracing (a "
+                                   "Python int, a static argument), an integer argument, or np.argsort's")
         return super().__getitem__(key)
 
 
@@ -65,6 +67,19 @@ MASK_MESSAGE = ("a[mask] with a traced boolean mask: how many entries it keeps d
                 "while tracing (JAX refuses it too); write np.where(mask, a, 0.0) (np.sum(np.where(a > 1, a, "
                 "0.0)) for np.sum(a[a > 1]))")
 _CONDITIONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _positions(k: Expr) -> bool:
+    """Whether the scalar ``k`` reads np.argsort's positions (integers computed where the function runs)."""
+    stack, seen = [k], set()
+    while stack:
+        node = stack.pop()
+        if node.op.name == "argsort":
+            return True
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.args)
+    return False
 
 
 def _conditions(k: np.ndarray) -> bool:

@@ -28,6 +28,7 @@ from symgrad.expr import (
     reductions,
     reshaping,
     rolled,
+    sorting,
     tracing,
     traverse,
     updates,
@@ -212,6 +213,17 @@ Expr.dot = lambda self, other: dispatch.array_function(np.dot, (self, other), {}
 Expr.swapaxes = lambda self, i, j: reshaping.moveaxis(self, [i, j], [j, i])
 Expr.squeeze = lambda self, axis=None: reshaping.squeeze(self, axis)
 Expr.cumsum = lambda self, axis=None, dtype=None, out=None: reductions.cumsum(self, axis, dtype, out)
+Expr.argsort = lambda self, axis=-1, kind=None, order=None, **rest: sorting.argsort(self, axis, kind, order)
+
+
+def _in_place(name: str) -> Callable:
+    def refuse(self: Expr, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"x.{name}() sorts a NumPy array in place, which a traced array cannot be: write "
+                        f"x = np.{name}(x, ...)")
+    return refuse
+
+
+Expr.sort, Expr.partition = _in_place("sort"), _in_place("partition")
 Expr.prod = lambda self, axis=None, dtype=None, out=None, keepdims=False, **rest: reductions.prod(
     self, axis, dtype, out, keepdims, **rest)
 

@@ -142,7 +142,8 @@ def from_elements(values: np.ndarray) -> Expr:
     (j,) = fresh((values.size,))
     level = [(k, k + 1, e if isinstance(e, Expr) else const(float(e))) for k, e in enumerate(values.ravel())]
     while len(level) > 1:  # pairs joined level by level: depth log2(n), no chain of n
-        level = [(a[0], b[1], apply(ops.OPS["where"], (j < float(a[1]), a[2], b[2]))) if b else a
+        level = [(a[0], b[1], apply(ops.OPS["where"], (apply(ops.OPS["lt"], (j, const(float(a[1])))), a[2], b[2])))
+                 if b else a  # (built with apply: no float operand of the user's, which would make results floats)
                  for a, b in zip(level[::2], [*level[1::2], None])]
     return reshape(rolled.tensor(level[0][2], j), values.shape)
 

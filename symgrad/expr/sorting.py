@@ -105,6 +105,8 @@ def _along(a: Any, axis: Any) -> tuple[Any, int, tuple]:
             raise np.exceptions.AxisError(k, ndim)
     axes = sorted({k % ndim for k in axes})
     ones = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    if axis is not None and not axes:  # (axis=(): each element alone, a row of one)
+        return (reshape(a, (*shape, 1)) if rolled_in else np.reshape(a, (*shape, 1))), ndim, ones
     if axis is None or len(axes) > 1:
         kept = [d for d in range(ndim) if d not in axes]
         moved = (transpose(a, (*kept, *axes)) if rolled_in else np.transpose(a, (*kept, *axes))) if ndim else a
@@ -229,7 +231,8 @@ def percentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_inpu
     """
     _no_options("percentile", out=out, weights=weights, interpolation=interpolation)
     if _traced(q):
-        raise TracingError("np.percentile of a traced q: the percentiles must be numbers known while tracing")
+        raise TracingError("np.percentile of a traced q: the percentiles must be numbers known while tracing "
+                           "(a static argument: static_argnums)")
     q = np.true_divide(q, 100)
     if np.any((q < 0) | (q > 1)):
         raise ValueError("Percentiles must be in the range [0, 100]")
@@ -238,7 +241,8 @@ def percentile(a: Any, q: Any, axis: Any = None, out: Any = None, overwrite_inpu
 
 def _quantiles(a: Any, q: Any, axis: Any, method: str, keepdims: bool, who: str) -> Any:
     if _traced(q):
-        raise TracingError(f"np.{who} of a traced q: the quantiles must be numbers known while tracing")
+        raise TracingError(f"np.{who} of a traced q: the quantiles must be numbers known while tracing (a static "
+                           "argument: static_argnums)")
     q = np.asarray(q, dtype=float)
     along, at, ones = _along(a, axis)
     s, n = _sorted(along, at), _shape(along)[at]
@@ -248,8 +252,11 @@ def _quantiles(a: Any, q: Any, axis: Any, method: str, keepdims: bool, who: str)
         lo = int(np.floor(v))
         g, below = float(v - lo), _take(s, lo, at)
         above = _take(s, min(lo + 1, n - 1), at)  # (NumPy's interpolation, its two forms)
-        picked.append(below if g == 0.0 else above - (above - below) * (1.0 - g) if g >= 0.5 else
-                      below + (above - below) * g)
+        if g == 0.0:  # (NumPy's below + (above - below) * 0: nan where the difference is not finite)
+            finite = np.abs(above - below if lo + 1 < n else below) < np.inf  # (x - x: 0 in the graph)
+            picked.append(np.where(finite, below, np.nan))
+        else:
+            picked.append(above - (above - below) * (1.0 - g) if g >= 0.5 else below + (above - below) * g)
     picked = [_nan_where_nan(s, at, p) for p in picked]
     rest = ones if keepdims else _shape(picked[0])
     return _reshaped(picked[0] if q.ndim == 0 else np.stack(picked), (*q.shape, *rest))

@@ -281,7 +281,10 @@ _INTEGER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "mod": np.mod
 def _indexed(e: Expr, grid: _Grid) -> np.ndarray:
     """The integer values of the index expression ``e`` over ``grid`` (broadcastable to it)."""
     values: dict[Expr, Any] = {}
-    for node in topo_order([e]):
+    order = topo_order([e])
+    if any(node.op.name == "as_index" for node in order):  # (its indices may be bound nowhere in the grid)
+        raise NotImplementedError("the sparsity of an address read from an array is not found yet")
+    for node in order:
         name = node.op.name
         if name == "index":
             values[node] = grid.arange(node)

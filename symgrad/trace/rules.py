@@ -25,14 +25,15 @@ def _result_dtype(t: Trace) -> Any:
 
 def _output_dtype(t: Trace, exprs: list) -> Any:
     """NumPy's dtype of one of jit's results where it is not a float: bool for comparisons, int64 for
-    integer arithmetic on integer arguments (computed in float64: exact below 2**53, checked) in a
-    function where no float met a traced value (``n * 1.0`` is ``n`` in the graph, a float in NumPy)."""
+    integer arithmetic on integer arguments or on positions (np.argsort's) (computed in float64: exact
+    below 2**53, checked) in a function where no float met a traced value (``n * 1.0`` is ``n`` in the
+    graph, a float in NumPy)."""
     bodies = [e.args[0] if e.op.name == "tensor" else e for e in exprs if isinstance(e, Expr)]
     if not bodies or len(bodies) < len(exprs):
         return None
     if all(b.op.name in ops.COMPARISONS for b in bodies):
         return np.dtype(bool)
-    if t.ints and not t.floats_met and all(ndarrays.integer_valued(b, t.ints) for b in bodies):
+    if not t.floats_met and all(ndarrays.integer_valued(b, t.ints) for b in bodies):
         return np.dtype(np.int64)
     return None
 

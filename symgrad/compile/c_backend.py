@@ -1,0 +1,145 @@
+"""The "c" backend: a Program's C kernels (c_source.kernel_source) built by the system C compiler into a
+shared object, loaded with ctypes, giving the same point / batch / total kernels as the Numba backend.
+
+The compiler is ``$CC`` or ``cc`` (``-std=c99 -O2 -shared -fPIC``, libm). Shared objects are kept in
+``c/`` beside the Numba cache, under the same checks (a directory of this user's that nobody else can
+write, docs/security.md), named by the hash of the text and the compiler's command and version, so a
+second process loads the object instead of compiling; without a usable cache directory they are built
+in a private temporary directory. Loading a shared object runs its code: only objects symgrad built
+from text it generated are ever loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from symgrad.compile import cache
+from symgrad.compile.c_source import kernel_source
+from symgrad.compile.kernels import Kernels, register
+from symgrad.compile.program import Program
+
+FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
+_LOCK = threading.Lock()
+_c, _ll, _d = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_double
+
+
+class CompilerError(RuntimeError):
+    """No C compiler, or it failed on symgrad's generated file (a bug: please report it)."""
+
+
+def compiler() -> tuple[str, str]:
+    """The C compiler's path (``$CC``, else ``cc``) and its version line.
+
+    >>> path, version = compiler(); bool(path) and bool(version)
+    True
+    """
+    return _compiler(os.environ.get("CC", "cc"))
+
+
+@functools.cache
+def _compiler(name: str) -> tuple[str, str]:
+    path = shutil.which(name)
+    if path is None:
+        raise CompilerError(f"backend='c' needs a C compiler: none found as {name!r} ($CC, else cc); install one "
+                            "(gcc, clang) or use backend='numba'")
+    run = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    return path, (run.stdout or run.stderr).splitlines()[0] if (run.stdout or run.stderr) else path
+
+
+def _folder() -> Path:
+    """Where shared objects are kept: ``c/`` beside the Numba cache when it is trusted, else a private
+    temporary directory for this process."""
+    numba_folder = cache.cache_dir()
+    if numba_folder is not None:
+        folder = numba_folder.parent / "c"
+        if cache.refused(folder) is None:
+            return folder
+    return _private()
+
+
+@functools.cache
+def _private() -> Path:
+    return Path(tempfile.mkdtemp(prefix="symgrad-c-"))
+
+
+def build(text: str, stem: str) -> Path:
+    """The shared object of the C file ``text`` (compiled now, or found built from the same text and
+    compiler before).
+
+    >>> build("double one(void) { return 1.0; }", "doc").suffix
+    '.so'
+    """
+    path, version = compiler()
+    key = hashlib.sha256("\0".join((text, path, version, *FLAGS)).encode()).hexdigest()[:32]
+    folder = _folder()
+    target = folder / f"{stem}-{key}.so"
+    with _LOCK:
+        if target.is_file() and not target.is_symlink():
+            return target
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            source, built = Path(tmp) / f"{stem}.c", Path(tmp) / f"{stem}.so"
+            source.write_text(text, encoding="utf-8")
+            run = subprocess.run([path, *FLAGS, "-o", str(built), str(source), "-lm"], capture_output=True,
+                                 text=True, check=False)
+            if run.returncode != 0:
+                raise CompilerError(f"{path} failed on symgrad's generated C ({stem}.c): "
+                                    f"{' '.join(run.stderr.split())[:400]}")
+            os.replace(built, target)
+    return target
+
+
+def _arrays(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        if a.dtype != np.float64 or not a.flags.c_contiguous:
+            raise TypeError("symgrad: the c backend takes C-contiguous float64 arrays")
+
+
+@register("program", "c")
+def c_kernels(program: Program, roots: Any = None) -> Kernels:
+    """The C kernels of ``program``: built (or loaded) on first use."""
+    text = kernel_source(program, "sg")
+    nx, n_p, nout, value = len(program.inputs), len(program.params), program.n_out, int(program.returns_value)
+
+    @functools.cache
+    def library() -> Any:
+        lib = ctypes.CDLL(str(build(text, f"k{program.key[:16]}")))
+        lib.sg_point.argtypes, lib.sg_point.restype = (_c, _c, _c), _d
+        lib.sg_batch.argtypes, lib.sg_batch.restype = (_c, _c, _ll, _c, _c, _ll, _ll), None
+        lib.sg_total.argtypes, lib.sg_total.restype = (_c, _c, _c, _ll, _ll, _c), None
+        return lib
+
+    def point(x: np.ndarray, p: np.ndarray, out: np.ndarray) -> float:
+        _arrays(x, p, out)
+        if x.shape != (nx,) or p.shape != (n_p,) or out.shape != (nout,):
+            raise ValueError("symgrad: wrong shape")
+        return library().sg_point(x.ctypes.data, p.ctypes.data, out.ctypes.data)
+
+    def batch(X: np.ndarray, P: np.ndarray, V: np.ndarray, OUT: np.ndarray, lo: int, hi: int) -> None:
+        _arrays(X, P, V, OUT)
+        n = X.shape[0]
+        if (X.ndim != 2 or X.shape[1] != nx or P.ndim != 2 or P.shape[1] != n_p or P.shape[0] not in (n, 1)
+                or V.shape != (n * value,) or OUT.shape != (n, nout) or not 0 <= lo <= hi <= n):
+            raise ValueError("symgrad: wrong shape")
+        library().sg_batch(X.ctypes.data, P.ctypes.data, P.shape[0], V.ctypes.data, OUT.ctypes.data, lo, hi)
+
+    def total(x: np.ndarray, P: np.ndarray, acc: np.ndarray, lo: int, hi: int) -> None:
+        _arrays(x, P, acc)
+        if x.shape != (nx,) or P.ndim != 2 or P.shape[1] != n_p or acc.shape != (nout + 1,) \
+                or not 0 <= lo <= hi <= P.shape[0]:
+            raise ValueError("symgrad: wrong shape")
+        row = np.empty(nout)
+        library().sg_total(x.ctypes.data, P.ctypes.data, acc.ctypes.data, lo, hi, row.ctypes.data)
+
+    variants = {"point": point, "batch": batch, "total": total}
+    return Kernels("c", lambda variant: (library(), variants[variant])[1], text)
