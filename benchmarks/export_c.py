@@ -1,0 +1,152 @@
+"""symgrad's exported C beside CasADi's generated C, on the same problems, both called through CasADi's
+convention by one driver: file size, compile time (the same compiler and flags) and time per call.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/export_c.py [n ...]   (default 100 1000)
+
+Needs casadi (pip install -e ".[bench]") and a C compiler ($CC or cc). Problems: Rosenbrock's value and
+gradient, and its Hessian's nonzeros (compressed columns), as formulas of n scalars (straight-line code in
+both: CasADi's SX and symgrad's element formulas), and the spring chain's energy and gradient.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import symgrad as sg
+from symgrad.compile.function import value_and_grad
+
+FLAGS = ["-std=c99", "-O2"]
+DRIVER = r"""
+#define _POSIX_C_SOURCE 199309L
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+int F(const double** arg, double** res, long long* iw, double* w, int mem);
+int F_work(long long* sz_arg, long long* sz_res, long long* sz_iw, long long* sz_w);
+long long F_n_in(void);
+long long F_n_out(void);
+const long long* F_sparsity_in(long long i);
+const long long* F_sparsity_out(long long i);
+static long long nnz(const long long* sp) {  /* CasADi's dense shorthand (nrow, ncol, 1) too */
+    return sp[2] == 1 ? sp[0] * sp[1] : sp[2 + sp[1]];
+}
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+int main(void) {
+    long long sz_arg, sz_res, sz_iw, sz_w;
+    F_work(&sz_arg, &sz_res, &sz_iw, &sz_w);
+    const double** arg = malloc(sizeof(double*) * (size_t)(sz_arg + 1));
+    double** res = malloc(sizeof(double*) * (size_t)(sz_res + 1));
+    long long* iw = malloc(sizeof(long long) * (size_t)(sz_iw + 1));
+    double* w = malloc(sizeof(double) * (size_t)(sz_w + 1));
+    for (long long i = 0; i < F_n_in(); ++i) {
+        long long n = nnz(F_sparsity_in(i));
+        double* x = malloc(sizeof(double) * (size_t)n);
+        for (long long k = 0; k < n; ++k) x[k] = 0.5 + 0.01 * (double)(k % 97);
+        arg[i] = x;
+    }
+    for (long long i = 0; i < F_n_out(); ++i)
+        res[i] = malloc(sizeof(double) * (size_t)(nnz(F_sparsity_out(i)) + 1));
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        long long calls = 0;
+        double start = now(), t;
+        do { F(arg, res, iw, w, 0); ++calls; t = now() - start; } while (t < 0.05);
+        if (t / (double)calls < best) best = t / (double)calls;
+    }
+    double check = 0.0;
+    for (long long i = 0; i < F_n_out(); ++i)
+        for (long long k = 0; k < nnz(F_sparsity_out(i)); ++k) check += res[i][k] * (double)(1 + k % 7);
+    printf("%.9e %.17g\n", best, check);
+    return 0;
+}
+"""
+
+
+def rosenbrock(x):
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+
+
+def springs(x):
+    """A chain of n / 2 masses in the plane joined by springs of rest length 0.1, under gravity."""
+    pts = [(x[2 * i], x[2 * i + 1]) for i in range(len(x) // 2)]
+    energy = sum(9.81 * y for _, y in pts)
+    for (a, b), (c, d) in zip(pts, pts[1:]):
+        stretch = ((a - c) ** 2 + (b - d) ** 2) ** 0.5 - 0.1
+        energy = energy + 50.0 * stretch * stretch
+    return energy
+
+
+def _symgrad(problem: str, f, n: int, folder: Path) -> Path:
+    x = sg.vector("x", n)
+    e = f(list(x))
+    # (gradient= given: the straight-line formulas, as CasADi's SX, not rerolled into loops, which have no C
+    # form yet)
+    fun = value_and_grad(e, list(x), gradient=sg.grad(e, list(x)), backend="vm") if problem != "hessian" \
+        else sg.compile(sg.hessian(e, list(x), sparse=True), list(x), backend="vm")
+    return sg.export_c(fun, name="F", directory=folder)[0]
+
+
+def _casadi(problem: str, f, n: int, folder: Path) -> Path:
+    import casadi as ca
+
+    x = ca.SX.sym("x", n)
+    e = f([x[i] for i in range(n)])
+    outs = [e, ca.gradient(e, x)] if problem != "hessian" else [ca.hessian(e, x)[0]]
+    ca.Function("F", [x], outs).generate("F.c", {"with_header": False})
+    path = folder / "F.c"
+    shutil.move("F.c", path)
+    return path
+
+
+def measure(path: Path, cc: str) -> tuple[int, float, float, float]:
+    """(file bytes, compile seconds, seconds per call, a checksum of the outputs)."""
+    folder = path.parent
+    (folder / "driver.c").write_text(DRIVER)
+    start = time.perf_counter()
+    subprocess.run([cc, *FLAGS, "-c", str(path), "-o", str(folder / "F.o")], check=True, capture_output=True)
+    compiled = time.perf_counter() - start
+    subprocess.run([cc, *FLAGS, str(folder / "driver.c"), str(folder / "F.o"), "-o", str(folder / "run"), "-lm"],
+                   check=True, capture_output=True)
+    run = subprocess.run([str(folder / "run")], check=True, capture_output=True, text=True)
+    per_call, check = run.stdout.split()
+    return path.stat().st_size, compiled, float(per_call), float(check)
+
+
+def main(sizes: list[int]) -> None:
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        sys.exit("needs a C compiler ($CC or cc)")
+    print(f"{'problem':<28}{'tool':<10}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
+    for problem, f in (("rosenbrock value+grad", rosenbrock), ("hessian", rosenbrock),
+                       ("springs value+grad", springs)):
+        for n in sizes:
+            checks = []
+            for tool, export in (("symgrad", _symgrad), ("CasADi", _casadi)):
+                folder = Path(tempfile.mkdtemp(prefix=f"export-{tool}-"))
+                cwd = os.getcwd()
+                os.chdir(folder)
+                try:
+                    size, compiled, per_call, check = measure(export(problem, f, n, folder), cc)
+                finally:
+                    os.chdir(cwd)
+                checks.append(check)
+                label = "rosenbrock sparse hessian" if problem == "hessian" else problem
+                print(f"{f'{label} n={n}':<28}{tool:<10}{size / 1024:>10.1f}{compiled:>11.2f}"
+                      f"{per_call * 1e6:>13.3f}", flush=True)
+            assert np.isclose(checks[0], checks[1], rtol=1e-9), checks
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [100, 1000])
