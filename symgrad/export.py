@@ -33,7 +33,7 @@ def export_c(fun: Any, *example_args: Any, name: str = "f", directory: str | Pat
     function (``sg.jit(f)``, ``sg.grad(f)``, ... of a Python function), traced at ``example_args`` (their
     shapes are fixed, as tracing fixes them). The file needs only ``<math.h>``; its entry point is CasADi's,
     ``int name(const double** arg, double** res, long long* iw, double* w, int mem)``, with
-    ``name_work``, ``name_n_in``, ``name_sparsity_out``, ..., and ``double name_point(x, p, out)`` beside it.
+    ``name_work``, ``name_n_in``, ``name_sparsity_out``, ..., and ``int name_flat(in, out)`` beside it.
 
     >>> import symgrad as sg, tempfile
     >>> x, y = sg.symbols("x y")

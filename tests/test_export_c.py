@@ -246,3 +246,26 @@ def test_the_export_command(tmp_path):
     subprocess.run([CC, *STRICT, "-c", str(tmp_path / "g.c"), "-o", str(tmp_path / "g.o")], check=True)
     assert cli.main(["export", "x*y", "--name", "main", "--to", str(tmp_path)]) == 2
     assert cli.main(["export", "no_such_module:f", "--shapes", "3", "--to", str(tmp_path)]) == 2
+
+
+def test_the_flat_entry_point_is_casadis_over_two_vectors(tmp_path):
+    x = sg.vector("x", 3)
+    fun = sg.compile(sg.jacobian([x[0] * x[1], sg.sin(x[2]) * x[0]], list(x)), list(x))
+    sg.export_c(fun, name="jac", directory=tmp_path)
+    (tmp_path / "main.c").write_text(r"""
+#include <stdio.h>
+#include "jac.h"
+int main(void) {
+    const double in[3] = {0.5, -2.0, 1.25};
+    double out[6];
+    if (jac_flat(in, out) != 0) return 1;
+    for (int k = 0; k < 6; ++k) printf("%.17g\n", out[k]);
+    return 0;
+}
+""")
+    exe = tmp_path / "run"
+    subprocess.run([CC, *STRICT, "-o", str(exe), str(tmp_path / "main.c"), str(tmp_path / "jac.c"), "-lm"],
+                   check=True, capture_output=True)
+    got = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(), float)
+    point = np.array([0.5, -2.0, 1.25])
+    np.testing.assert_array_equal(got, np.asarray(fun(point)).reshape(2, 3).ravel(order="F"))

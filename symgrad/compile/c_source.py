@@ -200,24 +200,25 @@ def _indented(lines: list[str], depth: int) -> list[str]:
 
 
 def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
-    """The entry point in CasADi's calling convention and its companions (sizes, names, sparsity): the
-    inputs gathered into ``w`` in NAME_point's order, NAME_point called, its outputs sent to ``res`` (one
-    copy of the body in the file: half the size and compile time of a second one)."""
-    n_in, n_out, n_x, n_p = len(layout.arg_names), len(layout.res_names), len(program.inputs), len(program.params)
-    gather = [f"w[{k}] = {literal(at) if isinstance(at, float) else f'arg[{at[0]}][{at[1]}]'};"
-              for k, at in enumerate(layout.inputs)]
-    value = f"const double ret = {name}_point(w, w + {n_x}, w + {n_x + n_p});"
-    send = [f"if (res[{r}]) res[{r}][{k}] = {'ret' if d < 0 else f'w[{n_x + n_p + d}]'};"
-            for d, (r, k) in zip(range(-program.returns_value, program.n_out), layout.outputs)]
-    n_w = n_x + n_p + program.n_out
+    """The entry point in CasADi's calling convention, reading ``arg`` and writing ``res`` directly, and its
+    companions (sizes, names, sparsity)."""
+    n_in, n_out, n_x = len(layout.arg_names), len(layout.res_names), len(program.inputs)
+
+    def read(kind: str, a: int) -> str:
+        at = layout.inputs[a + (n_x if kind == "p" else 0)]
+        return literal(at) if isinstance(at, float) else f"arg[{at[0]}][{at[1]}]"
+
+    def write(d: int, v: str) -> str:
+        r, k = layout.outputs[0 if d < 0 else d + program.returns_value]
+        return f"if (res[{r}]) res[{r}][{k}] = {v};"
 
     sparsities = [", ".join(map(str, s)) for s in (*layout.arg_sparsity, *layout.res_sparsity)]
     lines = [f"static const long long {name}_s{k}[] = {{{s}}};" for k, s in enumerate(sparsities)]
     lines += [f"static const char* {name}_in_names[] = {{{_strings(layout.arg_names)}}};",
               f"static const char* {name}_out_names[] = {{{_strings(layout.res_names)}}};", "",
               f"int {name}(const double** arg, double** res, long long* iw, double* w, int mem) {{",
-              "    (void)iw; (void)mem;", *_indented([*gather, value, *send], 1),
-              *([] if program.returns_value else ["    (void)ret;"]), "    return 0;", "}", "",
+              "    (void)iw; (void)w; (void)mem;", *_indented(_body(program, read, write), 1), "    return 0;",
+              "}", "",
               f"long long {name}_n_in(void) {{ return {n_in}; }}",
               f"long long {name}_n_out(void) {{ return {n_out}; }}",
               f"double {name}_default_in(long long i) {{ (void)i; return 0.0; }}",
@@ -229,7 +230,7 @@ def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
               *(f"    if (i == {k}) return {name}_s{n_in + k};" for k in range(n_out)), "    return 0;", "}",
               f"int {name}_work(long long* sz_arg, long long* sz_res, long long* sz_iw, long long* sz_w) {{",
               f"    if (sz_arg) *sz_arg = {n_in};", f"    if (sz_res) *sz_res = {n_out};",
-              "    if (sz_iw) *sz_iw = 0;", f"    if (sz_w) *sz_w = {n_w};", "    return 0;", "}",
+              "    if (sz_iw) *sz_iw = 0;", "    if (sz_w) *sz_w = 0;", "    return 0;", "}",
               f"int {name}_alloc_mem(void) {{ return 0; }}",
               f"int {name}_init_mem(int mem) {{ (void)mem; return 0; }}",
               f"void {name}_free_mem(int mem) {{ (void)mem; }}",
@@ -237,6 +238,25 @@ def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
               f"void {name}_release(int mem) {{ (void)mem; }}",
               f"void {name}_incref(void) {{ }}", f"void {name}_decref(void) {{ }}", ""]
     return lines
+
+
+def _flat(layout: Layout, name: str) -> list[str]:
+    """``int NAME_flat(const double* in, double* out)``: every input's nonzeros one after the other (in
+    argument order, matrices column-major), every output's likewise: CasADi's entry point over slices of
+    two vectors, for callers not coming from CasADi (no copies)."""
+    def nnz(sp: tuple) -> int:
+        return sp[2 + sp[1]]
+
+    def cuts(sparsity: tuple) -> list[int]:
+        return [sum(nnz(s) for s in sparsity[:k]) for k in range(len(sparsity))]
+
+    n_in, n_out = len(layout.arg_names), len(layout.res_names)
+    return [f"int {name}_flat(const double* in, double* out) {{",
+            f"    const double* arg[{max(n_in, 1)}];", f"    double* res[{max(n_out, 1)}];",
+            *(f"    arg[{k}] = in + {c};" for k, c in enumerate(cuts(layout.arg_sparsity))),
+            *(f"    res[{k}] = out + {c};" for k, c in enumerate(cuts(layout.res_sparsity))),
+            *([] if n_in else ["    arg[0] = in;"]), *([] if n_out else ["    res[0] = out;"]),
+            f"    return {name}(arg, res, 0, 0, 0);", "}", ""]
 
 
 def _point(program: Program, name: str) -> list[str]:
@@ -293,40 +313,27 @@ volatile while _Bool _Complex _Imaginary main""".split())
 
 def export_source(program: Program, layout: Layout, name: str) -> tuple[str, str]:
     """The C file and header of ``program`` as the function ``name`` in CasADi's calling convention, with
-    ``NAME_point`` beside it.
+    ``NAME_flat`` beside it.
 
     >>> import symgrad as sg
     >>> from symgrad.compile.lower import lower
     >>> x = sg.Var("x")
     >>> c, h = export_source(lower([sg.sin(x) * x], [x]), Layout(((0, 0),), ((0, 0),), ("x",), (dense(1, 1),),
     ...                                                         ("f",), (dense(1, 1),)), "f")
-    >>> print(c[c.index("double f_point("):c.index("static const long long f_s0")])
-    double f_point(const double* x, const double* p, double* out) {
-        double ret = 0.0;
-        (void)x; (void)p; (void)out;
-        const double v0 = x[0];
+    >>> print(c[c.index("int f("):c.index("long long f_n_in")].strip())
+    int f(const double** arg, double** res, long long* iw, double* w, int mem) {
+        (void)iw; (void)w; (void)mem;
+        const double v0 = arg[0][0];
         const double v1 = sin(v0);
         const double v2 = (v0 * v1);
-        ret = v2;
-        return ret;
-    }
-    <BLANKLINE>
-    <BLANKLINE>
-    >>> print(c[c.index("int f("):c.index("long long f_n_in")])
-    int f(const double** arg, double** res, long long* iw, double* w, int mem) {
-        (void)iw; (void)mem;
-        w[0] = arg[0][0];
-        const double ret = f_point(w, w + 1, w + 1);
-        if (res[0]) res[0][0] = ret;
+        if (res[0]) res[0][0] = v2;
         return 0;
     }
-    <BLANKLINE>
-    <BLANKLINE>
     """
     check_name(name)
     head = [f"/* {name}: generated by symgrad from program {program.key}. C99, libm only. */",
             f'#include "{name}.h"', PRELUDE, *_special(program)]
-    return "\n".join(head + _point(program, name) + _casadi(program, layout, name)), header(name)
+    return "\n".join(head + _casadi(program, layout, name) + _flat(layout, name)), header(name)
 
 
 def kernel_source(program: Program, name: str) -> str:
@@ -348,7 +355,7 @@ def header(name: str) -> str:
         f"const long long* {name}_sparsity_in(long long i);",
         f"const long long* {name}_sparsity_out(long long i);",
         f"int {name}_work(long long* sz_arg, long long* sz_res, long long* sz_iw, long long* sz_w);",
-        f"double {name}_point(const double* x, const double* p, double* out);",
+        f"int {name}_flat(const double* in, double* out);",
         f"int {name}_alloc_mem(void);", f"int {name}_init_mem(int mem);", f"void {name}_free_mem(int mem);",
         f"int {name}_checkout(void);", f"void {name}_release(int mem);",
         f"void {name}_incref(void);", f"void {name}_decref(void);",

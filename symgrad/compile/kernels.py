@@ -51,7 +51,7 @@ def register(kind: str, name: str, needs_roots: bool = False) -> Callable:
 
     >>> import symgrad
     >>> sorted(REGISTRY["program"]), sorted(REGISTRY["loops"])
-    (['numba', 'python', 'vm'], ['numba', 'python', 'vm'])
+    (['c', 'numba', 'python', 'vm'], ['numba', 'python', 'vm'])
     """
     def add(make: Callable) -> Callable:
         REGISTRY[kind][name] = Backend(name, make, needs_roots)
