@@ -73,8 +73,8 @@ def polygamma(n: float, x: float) -> float:
     k = int(n)
     if x <= 0.0 and x == np.floor(x):
         return sign * math.inf
-    if x == math.inf:
-        return 0.0
+    if x == math.inf:  # (a zero of the sign the series has: SciPy's -0.0 for even n)
+        return sign * 0.0
     factorial = math.gamma(k + 1.0)
     total = 0.0
     while x < 20.0 + k:
