@@ -115,7 +115,8 @@ def test_compiled_gamma_family_matches_scipy():
         got = [special.polygamma(n, x) for x in edges]
         np.testing.assert_array_equal(got, want, err_msg=f"n={n}")
         # (the sign of a zero too: psi_2(inf) is -0.0, and x // psi_2(inf) is -inf: found by random graphs)
-        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"n={n}")
+        zeros = np.asarray(want) == 0.0
+        np.testing.assert_array_equal(np.signbit(got)[zeros], np.signbit(want)[zeros], err_msg=f"n={n}")
     np.testing.assert_array_equal([special.gammaln(x) for x in edges], ss.gammaln(np.array(edges)))
 
 
