@@ -128,7 +128,7 @@ def main(sizes: list[int]) -> None:
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         sys.exit("needs a C compiler ($CC or cc)")
-    print(f"{'problem':<28}{'tool':<10}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
+    print(f"{'problem':<34}{'tool':<10}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
     for problem, f in (("rosenbrock value+grad", rosenbrock), ("hessian", rosenbrock),
                        ("springs value+grad", springs)):
         for n in sizes:
@@ -143,7 +143,7 @@ def main(sizes: list[int]) -> None:
                     os.chdir(cwd)
                 checks.append(check)
                 label = "rosenbrock sparse hessian" if problem == "hessian" else problem
-                print(f"{f'{label} n={n}':<28}{tool:<10}{size / 1024:>10.1f}{compiled:>11.2f}"
+                print(f"{f'{label} n={n}':<34}{tool:<10}{size / 1024:>10.1f}{compiled:>11.2f}"
                       f"{per_call * 1e6:>13.3f}", flush=True)
             assert np.isclose(checks[0], checks[1], rtol=1e-9), checks
 
