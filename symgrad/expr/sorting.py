@@ -262,9 +262,48 @@ def _quantiles(a: Any, q: Any, axis: Any, method: str, keepdims: bool, who: str)
     return _reshaped(picked[0] if q.ndim == 0 else np.stack(picked), (*q.shape, *rest))
 
 
+def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Any:
+    """``np.take_along_axis`` with traced positions (``np.argsort``'s): ``arr`` read along ``axis`` where
+    ``indices`` say, the other axes broadcast as NumPy's; the derivative scatters back by them.
+
+    >>> import symgrad as sg
+    >>> x = np.array([[3.0, 1.0, 2.0], [0.5, 9.0, 4.0]])
+    >>> sg.jit(lambda a: np.take_along_axis(a, np.argsort(a, axis=1), axis=1))(x)
+    array([[1. , 2. , 3. ],
+           [0.5, 4. , 9. ]])
+    """
+    if _traced(indices) and not is_array(indices):  # (positions read element by element beside small arrays)
+        indices = from_elements(np.asarray(indices, dtype=object))
+    if not is_array(indices):  # (numbers: NumPy's own, on the object array)
+        return wrap(np.take_along_axis._implementation(np.asarray(arr, dtype=object).view(np.ndarray), indices,
+                                                       axis))
+    if axis is None:
+        arr, axis = (reshape(arr, -1) if is_array(arr) else np.ravel(np.asarray(arr, dtype=object))), 0
+    if not is_array(arr):
+        arr = from_elements(np.asarray(arr, dtype=object))
+    ndim = len(arr.shape)
+    if len(indices.shape) != ndim:
+        raise ValueError(f"`indices` and `arr` must have the same number of dimensions, got {len(indices.shape)} "
+                         f"and {ndim}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(axis, ndim)
+    axis %= ndim
+    shape = [max(a, b) if k != axis else b for k, (a, b) in enumerate(zip(arr.shape, indices.shape))]
+    if any(k != axis and 1 != a != s or 1 != b != s for k, (a, b, s) in
+           enumerate(zip(arr.shape, indices.shape, shape))):
+        raise ValueError(f"shape mismatch: arr {arr.shape} and indices {indices.shape} do not broadcast")
+    J = fresh(tuple(shape))
+    at = lambda size, k: J[k] if size != 1 or shape[k] == 1 else const(0.0)  # noqa: E731
+    position = element(indices, tuple(at(b, k) for k, b in enumerate(indices.shape)))
+    address = tuple(apply(ops.as_index, (position, const(float(arr.shape[axis])))) if k == axis else at(a, k)
+                    for k, a in enumerate(arr.shape))
+    return rolled.tensor(element(arr, address), *J)
+
+
 # NumPy's functions here, for traced object arrays (arrays.py) and rolled arrays (dispatch.py) alike
 SORTING = {np.sort: sort, np.argsort: argsort, np.partition: partition, np.median: median,
-           np.quantile: quantile, np.percentile: percentile}
+           np.quantile: quantile, np.percentile: percentile, np.take_along_axis: take_along_axis}
 
 
 # ---- the argsort node's rows in the passes' tables
