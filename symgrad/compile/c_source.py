@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from symgrad.compile import c_functions, fastmath
+from symgrad.compile.program import _OPS_BY_CODE as OPS_BY_CODE
 from symgrad.compile.program import LOAD_CONST, LOAD_P, LOAD_X, STORE, Program
 from symgrad.expr.ops import OPS, Op
 
@@ -163,9 +164,6 @@ def dense(rows: int, cols: int) -> tuple[int, ...]:
     (2, 2, 0, 2, 4, 0, 1, 0, 1)
     """
     return (rows, cols, *(k * rows for k in range(cols + 1)), *(list(range(rows)) * cols))
-
-
-OPS_BY_CODE = list(OPS.values())
 
 
 def _body(program: Program, read: Callable[[str, int], str], write: Callable[[int, str], str]) -> list[str]:
