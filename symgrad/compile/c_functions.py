@@ -273,9 +273,12 @@ NAMES = ("gammaln", "digamma", "polygamma", "sinc_derivative", "ive", "erfinv")
 
 def definitions(names: set[str]) -> list[str]:
     """The C of the special functions ``names`` and of those they call, each after what it calls."""
-    done: list[str] = []
-    for name in NAMES:  # (callees come first in NAMES)
-        wanted = names | {n for m in names for n in NAMES if f"{n}(" in inspect.getsource(_python(m))}
-        if name in wanted and name != "gammaln":
-            done.append(definition(name))
+    wanted = names | {n for m in names for n in _callees(m)}
+    done = [definition(name) for name in NAMES if name in wanted and name != "gammaln"]  # (callees first)
     return [HELPERS, *done] if done else []
+
+
+@functools.cache
+def _callees(name: str) -> tuple[str, ...]:
+    source = inspect.getsource(_python(name))
+    return tuple(n for n in NAMES if n != name and f"{n}(" in source)
