@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.compile import c_loops
 from symgrad.compile.c_source import Layout, check_name, dense, export_source
 from symgrad.compile.function import Compiled
 from symgrad.compile.loop_program import LoopProgram
@@ -53,10 +54,8 @@ def export_c(fun: Any, *example_args: Any, name: str = "f", directory: str | Pat
     else:
         raise TypeError("export_c: expected a compiled formula (sg.compile, sg.value_and_grad of expressions) or "
                         f"a traced function (sg.jit, sg.grad, ...), got {type(fun).__name__}")
-    if isinstance(program, LoopProgram):
-        raise NotImplementedError("export_c: this function compiles to rolled loops, which cannot be written as C "
-                                  "yet; export it at arrays of under 64 elements, or as formulas")
-    text, head = export_source(program, layout, name)
+    write = c_loops.export_source if isinstance(program, LoopProgram) else export_source
+    text, head = write(program, layout, name)
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.c").write_text(text, encoding="utf-8")

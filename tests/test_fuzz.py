@@ -7,6 +7,7 @@ each disagreement with its minimised program (a script to paste)."""
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -260,6 +261,17 @@ def test_fuzz_numba_loops(seed):
     kernel split into pieces of a few lines."""
     found = fuzz.run(programs=3, seed=seed, backends=("python", "numba"), extras_every=0, element_every=0,
                      minimise_seconds=0)
+    assert not found, _report(found)
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
+def test_fuzz_c_loops():
+    """Programs on the C loops (c_loops.py: the loop kernel translated to C, built by the system compiler,
+    0.1-0.3 s each), every 4th with an extra transform."""
+    stats: dict = {}
+    found = fuzz.run(programs=30, seed=41, backends=("python", "c"), extras_every=4, element_every=0,
+                     minimise_seconds=10, stats=stats)
+    assert stats.get("ok", 0) > 20, stats
     assert not found, _report(found)
 
 

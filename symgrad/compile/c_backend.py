@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compile import cache
+from symgrad.compile import c_loops, cache
 from symgrad.compile.c_source import kernel_source
 from symgrad.compile.kernels import Kernels, register
+from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import Program
 
 FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
@@ -108,30 +109,59 @@ def _arrays(*arrays: np.ndarray) -> None:
 @register("program", "c")
 def c_kernels(program: Program, roots: Any = None) -> Kernels:
     """The C kernels of ``program``: built (or loaded) on first use."""
-    text = kernel_source(program, "sg")
-    nx, n_p, nout, value = len(program.inputs), len(program.params), program.n_out, int(program.returns_value)
+    sizes = len(program.inputs), len(program.params), program.n_out, program.returns_value
+    return _kernels(kernel_source(program, "sg"), f"k{program.key[:16]}", sizes, None)
+
+
+@register("loops", "c")
+def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
+    """The C kernels of the rolled ``program``: its loops as C (c_loops.py), built (or loaded) on first use."""
+    parts = program.parts
+    kernel = c_loops.loop_c(parts)
+    sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
+    text = c_loops.kernel_source(kernel, parts)
+    return _kernels(text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork))
+
+
+def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None) -> Kernels:
+    """point / batch / total over the C file ``text``: a straight-line program's, or (``scratch``: the floats
+    and integers of workspace each call takes) a loop kernel's, whose calls also take a status (an index
+    out of bounds raises IndexError, as the Numba loops)."""
+    nx, n_p, nout, value = sizes
+    extra = (_c, _c, _c) if scratch is not None else ()
 
     @functools.cache
     def library() -> Any:
-        lib = ctypes.CDLL(str(build(text, f"k{program.key[:16]}")))
-        lib.sg_point.argtypes, lib.sg_point.restype = (_c, _c, _c), _d
-        lib.sg_batch.argtypes, lib.sg_batch.restype = (_c, _c, _ll, _c, _c, _ll, _ll), None
-        lib.sg_total.argtypes, lib.sg_total.restype = (_c, _c, _c, _ll, _ll, _c), None
+        lib = ctypes.CDLL(str(build(text, stem)))
+        lib.sg_point.argtypes, lib.sg_point.restype = (_c, _c, _c, *extra), _d
+        lib.sg_batch.argtypes, lib.sg_batch.restype = (_c, _c, _ll, _c, _c, _ll, _ll, *extra), None
+        lib.sg_total.argtypes, lib.sg_total.restype = (_c, _c, _c, _ll, _ll, _c, *extra), None
         return lib
+
+    def call(fn: Any, *args: Any) -> Any:
+        if scratch is None:
+            return fn(*args)
+        work, iwork, status = np.empty(max(scratch[0], 1)), np.empty(max(scratch[1], 1), np.int64), ctypes.c_int(0)
+        result = fn(*args, work.ctypes.data, iwork.ctypes.data, ctypes.byref(status))
+        if status.value:
+            raise IndexError("symgrad: an index read from a traced integer argument is out of bounds for the axis "
+                             "it indexes")
+        return result
 
     def point(x: np.ndarray, p: np.ndarray, out: np.ndarray) -> float:
         _arrays(x, p, out)
         if x.shape != (nx,) or p.shape != (n_p,) or out.shape != (nout,):
             raise ValueError("symgrad: wrong shape")
-        return library().sg_point(x.ctypes.data, p.ctypes.data, out.ctypes.data)
+        return call(library().sg_point, x.ctypes.data, p.ctypes.data, out.ctypes.data)
 
     def batch(X: np.ndarray, P: np.ndarray, V: np.ndarray, OUT: np.ndarray, lo: int, hi: int) -> None:
         _arrays(X, P, V, OUT)
         n = X.shape[0]
         if (X.ndim != 2 or X.shape[1] != nx or P.ndim != 2 or P.shape[1] != n_p or P.shape[0] not in (n, 1)
-                or V.shape != (n * value,) or OUT.shape != (n, nout) or not 0 <= lo <= hi <= n):
+                or V.shape not in ((n * value,), (n,)) or OUT.shape != (n, nout) or not 0 <= lo <= hi <= n):
             raise ValueError("symgrad: wrong shape")
-        library().sg_batch(X.ctypes.data, P.ctypes.data, P.shape[0], V.ctypes.data, OUT.ctypes.data, lo, hi)
+        values = V.ctypes.data if V.shape[0] else None
+        call(library().sg_batch, X.ctypes.data, P.ctypes.data, P.shape[0], values, OUT.ctypes.data, lo, hi)
 
     def total(x: np.ndarray, P: np.ndarray, acc: np.ndarray, lo: int, hi: int) -> None:
         _arrays(x, P, acc)
@@ -139,7 +169,7 @@ def c_kernels(program: Program, roots: Any = None) -> Kernels:
                 or not 0 <= lo <= hi <= P.shape[0]:
             raise ValueError("symgrad: wrong shape")
         row = np.empty(nout)
-        library().sg_total(x.ctypes.data, P.ctypes.data, acc.ctypes.data, lo, hi, row.ctypes.data)
+        call(library().sg_total, x.ctypes.data, P.ctypes.data, acc.ctypes.data, lo, hi, row.ctypes.data)
 
     variants = {"point": point, "batch": batch, "total": total}
     return Kernels("c", lambda variant: (library(), variants[variant])[1], text)

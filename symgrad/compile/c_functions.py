@@ -56,6 +56,24 @@ static inline long long sg_imod(long long a, long long b) {
 """
 
 
+def expression_type(e: ast.expr, names: dict[str, str], other: Callable[[ast.expr], str]) -> str:
+    """``INT`` or ``DOUBLE``, the C type of the Python expression ``e`` as Python computes it: integer
+    literals and arithmetic of integers are integers, ``/`` and ``**`` floats; ``names`` types the
+    variables (a float if unknown), ``other`` what is neither (calls, subscripts)."""
+    if isinstance(e, ast.Constant):
+        return INT if isinstance(e.value, int) and not isinstance(e.value, bool) else DOUBLE
+    if isinstance(e, ast.Name):
+        return names.get(e.id, DOUBLE)
+    if isinstance(e, ast.BinOp | ast.IfExp):
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div | ast.Pow):
+            return DOUBLE
+        pair = (e.left, e.right) if isinstance(e, ast.BinOp) else (e.body, e.orelse)
+        return INT if all(expression_type(a, names, other) == INT for a in pair) else DOUBLE
+    if isinstance(e, ast.UnaryOp):
+        return expression_type(e.operand, names, other)
+    return other(e)
+
+
 class _Function:
     """One Python function's C text: ``definition`` (and the arrays it reads, ``arrays``)."""
 
@@ -100,22 +118,11 @@ class _Function:
                     self.types[name], changed = DOUBLE, True
 
     def _type(self, e: ast.expr) -> str:
-        if isinstance(e, ast.Constant):
-            return INT if isinstance(e.value, int) and not isinstance(e.value, bool) else DOUBLE
-        if isinstance(e, ast.Name):
-            return self.types.get(e.id, DOUBLE)
-        if isinstance(e, ast.BinOp):
-            if isinstance(e.op, ast.Div | ast.Pow):
-                return DOUBLE
-            return INT if self._type(e.left) == INT and self._type(e.right) == INT else DOUBLE
-        if isinstance(e, ast.UnaryOp):
-            return self._type(e.operand)
-        if isinstance(e, ast.Call):
-            name = ast.unparse(e.func)
-            return INT if name == "int" or name == "abs" and self._type(e.args[0]) == INT else DOUBLE
-        if isinstance(e, ast.IfExp):
-            return INT if self._type(e.body) == INT and self._type(e.orelse) == INT else DOUBLE
-        return DOUBLE
+        return expression_type(e, self.types, self._call_type)
+
+    def _call_type(self, e: ast.expr) -> str:
+        name = ast.unparse(e.func) if isinstance(e, ast.Call) else ""
+        return INT if name == "int" or name == "abs" and self._type(e.args[0]) == INT else DOUBLE
 
     # ---- statements
     def _block(self, body: list, depth: int) -> list[str]:

@@ -28,6 +28,7 @@ from symgrad.expr.ops import OPS, Op
 _CALLS = {**{f"math.{f}": f for f in ("sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
                                        "tanh", "asinh", "acosh", "atanh", "sqrt", "exp", "expm1", "log",
                                        "log1p", "erf", "hypot", "copysign")},
+          **{f"fastmath.{f}": f for f in fastmath.FUNCTIONS},
           "abs": "fabs", "np.floor": "floor", "np.ceil": "ceil", "np.fmod": "fmod", "float": "(double)",
           "max": "sg_pymax", "np.maximum": "sg_maximum", "fastmath.maximum": "sg_maximum",
           "fastmath.minimum": "sg_minimum", "np.sign": "sg_sign", "fastmath.select": "sg_select",
@@ -158,12 +159,25 @@ class Layout:
 
 
 def dense(rows: int, cols: int) -> tuple[int, ...]:
-    """CasADi's compressed-column sparsity of a dense ``rows`` x ``cols`` matrix (column-major).
+    """CasADi's sparsity of a dense ``rows`` x ``cols`` matrix (column-major) in its compact form, as CasADi's
+    generated files write it: ``nrow, ncol, 1`` (a full pattern's third entry, colind[0], is always 0), so a
+    dense argument of 10^6 entries takes three numbers, not 10^6.
 
     >>> dense(2, 2)
-    (2, 2, 0, 2, 4, 0, 1, 0, 1)
+    (2, 2, 1)
     """
-    return (rows, cols, *(k * rows for k in range(cols + 1)), *(list(range(rows)) * cols))
+    return (rows, cols, 1)
+
+
+def nonzeros(sparsity: tuple[int, ...]) -> int:
+    """The number of nonzeros of a CasADi sparsity (compact dense, or compressed columns).
+
+    >>> nonzeros(dense(2, 3)), nonzeros((2, 2, 0, 1, 2, 0, 1))
+    (6, 2)
+    """
+    if len(sparsity) == 3 and sparsity[2] == 1:
+        return sparsity[0] * sparsity[1]
+    return sparsity[2 + sparsity[1]]
 
 
 def _body(program: Program, read: Callable[[str, int], str], write: Callable[[int, str], str]) -> list[str]:
@@ -197,10 +211,9 @@ def _indented(lines: list[str], depth: int) -> list[str]:
     return ["    " * depth + line for line in lines]
 
 
-def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
-    """The entry point in CasADi's calling convention, reading ``arg`` and writing ``res`` directly, and its
-    companions (sizes, names, sparsity)."""
-    n_in, n_out, n_x = len(layout.arg_names), len(layout.res_names), len(program.inputs)
+def _program_body(program: Program, layout: Layout) -> list[str]:
+    """A straight-line program's statements reading CasADi's ``arg`` and writing ``res`` directly."""
+    n_x = len(program.inputs)
 
     def read(kind: str, a: int) -> str:
         at = layout.inputs[a + (n_x if kind == "p" else 0)]
@@ -210,12 +223,21 @@ def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
         r, k = layout.outputs[0 if d < 0 else d + program.returns_value]
         return f"if (res[{r}]) res[{r}][{k}] = {v};"
 
+    return _body(program, read, write)
+
+
+def casadi(layout: Layout, name: str, body: list[str], sz_w: int = 0, sz_iw: int = 0) -> list[str]:
+    """The entry point in CasADi's calling convention around ``body`` (statements over ``arg``, ``res``,
+    ``iw`` and ``w``, which take ``sz_iw`` and ``sz_w`` entries), and its companions (sizes, names,
+    sparsity)."""
+    n_in, n_out = len(layout.arg_names), len(layout.res_names)
+
     sparsities = [", ".join(map(str, s)) for s in (*layout.arg_sparsity, *layout.res_sparsity)]
     lines = [f"static const long long {name}_s{k}[] = {{{s}}};" for k, s in enumerate(sparsities)]
     lines += [f"static const char* {name}_in_names[] = {{{_strings(layout.arg_names)}}};",
               f"static const char* {name}_out_names[] = {{{_strings(layout.res_names)}}};", "",
               f"int {name}(const double** arg, double** res, long long* iw, double* w, int mem) {{",
-              "    (void)iw; (void)w; (void)mem;", *_indented(_body(program, read, write), 1), "    return 0;",
+              "    (void)iw; (void)w; (void)mem;", *_indented(body, 1), "    return 0;",
               "}", "",
               f"long long {name}_n_in(void) {{ return {n_in}; }}",
               f"long long {name}_n_out(void) {{ return {n_out}; }}",
@@ -228,7 +250,7 @@ def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
               *(f"    if (i == {k}) return {name}_s{n_in + k};" for k in range(n_out)), "    return 0;", "}",
               f"int {name}_work(long long* sz_arg, long long* sz_res, long long* sz_iw, long long* sz_w) {{",
               f"    if (sz_arg) *sz_arg = {n_in};", f"    if (sz_res) *sz_res = {n_out};",
-              "    if (sz_iw) *sz_iw = 0;", "    if (sz_w) *sz_w = 0;", "    return 0;", "}",
+              f"    if (sz_iw) *sz_iw = {sz_iw};", f"    if (sz_w) *sz_w = {sz_w};", "    return 0;", "}",
               f"int {name}_alloc_mem(void) {{ return 0; }}",
               f"int {name}_init_mem(int mem) {{ (void)mem; return 0; }}",
               f"void {name}_free_mem(int mem) {{ (void)mem; }}",
@@ -238,15 +260,13 @@ def _casadi(program: Program, layout: Layout, name: str) -> list[str]:
     return lines
 
 
-def _flat(layout: Layout, name: str) -> list[str]:
+def flat(layout: Layout, name: str, sz_w: int = 0, sz_iw: int = 0) -> list[str]:
     """``int NAME_flat(const double* in, double* out)``: every input's nonzeros one after the other (in
     argument order, matrices column-major), every output's likewise: CasADi's entry point over slices of
-    two vectors, for callers not coming from CasADi (no copies)."""
-    def nnz(sp: tuple) -> int:
-        return sp[2 + sp[1]]
-
+    two vectors, for callers not coming from CasADi (no copies). A function that needs work arrays
+    (rolled loops) takes them from ``malloc`` here (returning 2 when it cannot)."""
     def cuts(sparsity: tuple) -> list[int]:
-        return [sum(nnz(s) for s in sparsity[:k]) for k in range(len(sparsity))]
+        return [sum(nonzeros(s) for s in sparsity[:k]) for k in range(len(sparsity))]
 
     n_in, n_out = len(layout.arg_names), len(layout.res_names)
     return [f"int {name}_flat(const double* in, double* out) {{",
@@ -254,7 +274,17 @@ def _flat(layout: Layout, name: str) -> list[str]:
             *(f"    arg[{k}] = in + {c};" for k, c in enumerate(cuts(layout.arg_sparsity))),
             *(f"    res[{k}] = out + {c};" for k, c in enumerate(cuts(layout.res_sparsity))),
             *([] if n_in else ["    arg[0] = in;"]), *([] if n_out else ["    res[0] = out;"]),
-            f"    return {name}(arg, res, 0, 0, 0);", "}", ""]
+            *_scratch(name, sz_w, sz_iw), "}", ""]
+
+
+def _scratch(name: str, sz_w: int, sz_iw: int) -> list[str]:
+    """The call of ``name`` in ``NAME_flat``, with work arrays from malloc where it needs them."""
+    if not sz_w and not sz_iw:
+        return [f"    return {name}(arg, res, 0, 0, 0);"]
+    return [f"    double* w = (double*)malloc({max(sz_w, 1)} * sizeof(double));",
+            f"    long long* iw = (long long*)malloc({max(sz_iw, 1)} * sizeof(long long));",
+            "    int status = w && iw ? " + f"{name}(arg, res, iw, w, 0) : 2;", "    free(w);", "    free(iw);",
+            "    return status;"]
 
 
 def _point(program: Program, name: str) -> list[str]:
@@ -331,7 +361,8 @@ def export_source(program: Program, layout: Layout, name: str) -> tuple[str, str
     check_name(name)
     head = [f"/* {name}: generated by symgrad from program {program.key}. C99, libm only. */",
             f'#include "{name}.h"', PRELUDE, *_special(program)]
-    return "\n".join(head + _casadi(program, layout, name) + _flat(layout, name)), header(name)
+    body = casadi(layout, name, _program_body(program, layout))
+    return "\n".join(head + body + flat(layout, name)), header(name)
 
 
 def kernel_source(program: Program, name: str) -> str:

@@ -51,7 +51,7 @@ def register(kind: str, name: str, needs_roots: bool = False) -> Callable:
 
     >>> import symgrad
     >>> sorted(REGISTRY["program"]), sorted(REGISTRY["loops"])
-    (['c', 'numba', 'python', 'vm'], ['numba', 'python', 'vm'])
+    (['c', 'numba', 'python', 'vm'], ['c', 'numba', 'python', 'vm'])
     """
     def add(make: Callable) -> Callable:
         REGISTRY[kind][name] = Backend(name, make, needs_roots)
@@ -66,7 +66,7 @@ def make_kernels(kind: str, program: Any, backend: str, roots: Any = None) -> Ke
     >>> make_kernels("loops", None, "llvm")
     Traceback (most recent call last):
     ...
-    ValueError: backend 'llvm' does not run loops programs; use one of ['numba', 'python', 'vm']
+    ValueError: backend 'llvm' does not run loops programs; use one of ['c', 'numba', 'python', 'vm']
     """
     if backend not in REGISTRY[kind]:
         raise ValueError(f"backend {backend!r} does not run {kind} programs; use one of {sorted(REGISTRY[kind])}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from symgrad.compile.kernels import Kernels, make_kernels
 from symgrad.compile.layout import Layout
-from symgrad.compile.loop_source import _LIBRARY_NAMES, source
+from symgrad.compile.loop_source import _LIBRARY_NAMES, KernelParts, module, parts
 from symgrad.expr.dot import to_dot
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
@@ -65,10 +65,15 @@ class LoopProgram:
         return cls(tuple(roots), Layout(inputs), Layout(params), n_out, returns_value)
 
     @functools.cached_property
+    def parts(self) -> KernelParts:
+        """The loop kernel's lines, from which its Numba module and its C are made."""
+        outputs = list(self.roots) if self.returns_value else [_ZERO, *self.roots]
+        return parts(outputs, self.inputs.exprs, self.params.exprs)
+
+    @functools.cached_property
     def source(self) -> str:
         """The generated Numba module: the loop kernel and its point / batch / total entries."""
-        outputs = list(self.roots) if self.returns_value else [_ZERO, *self.roots]
-        return source(outputs, self.inputs.exprs, self.params.exprs)
+        return module(self.parts)
 
     @property
     def split(self) -> bool:

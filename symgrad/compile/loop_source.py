@@ -26,25 +26,30 @@ from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.rolled import index, substitute_indices
 
 
+@dataclass(frozen=True)
+class KernelParts:
+    """A loop kernel before it is a module: the module-level lines (constant tables), the body's lines
+    (Python over ``x``, ``p``, ``out``, ``work``), the floats of workspace, the names holding integers,
+    and the sizes of ``x``, ``p`` and ``out``. The Numba module (``source``) and the C translation
+    (c_loops.py) are both made from them."""
+
+    head: tuple[str, ...]
+    body: tuple[str, ...]
+    work: int
+    integers: frozenset[str]
+    nx: int
+    n_p: int
+    n_out: int
+
+
 @paused_gc()
-def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> str:
-    """A Numba module whose ``kernel(x, p, out, work)`` returns ``outputs[0]`` (a scalar) and writes
-    the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` and ``p``
-    ``params`` (arrays raveled, scalars) in order; ``work`` (``WORK`` floats, one per thread) holds
-    the temporary arrays. ``point(x, p, out)`` is the same code checking the sizes and allocating
-    its workspace (one function: a call compiles once, not a kernel and a wrapper).
+def parts(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> KernelParts:
+    """The parts of the loop kernel returning ``outputs[0]`` and writing the others (see ``source``).
 
     >>> import symgrad as sg
     >>> x, i = sg.array("x", 3), sg.index("i", 3)
-    >>> print(source([sg.sum(x[i] ** 2, i)], [x]).split("def kernel")[1].split("@numba")[0].strip())
-    (x, p, out, work):
-        b1 = x[0:3].reshape((3,))
-        a5 = 0.0
-        for i2 in range(3):
-            v3 = b1[i2]
-            v4 = v3 * v3
-            a5 = a5 + v4
-        return a5
+    >>> parts([sg.sum(x[i] ** 2, i)], [x]).body[0]
+    'b1 = x[0:3].reshape((3,))'
     """
     for k, r in enumerate(outputs):
         if r.free:
@@ -79,19 +84,47 @@ def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> 
             top.lines += _copied(emitter, "out", start, buffers[r], math.prod(r.shape))
     ret = emitter.value(outputs[0], top) if not outputs[0].op.array_valued else "0.0"
     body = _library_where_scalar(lines + top.lines + [f"return {ret}"])
-    nx, np_ = len(Layout(inputs)), len(Layout(params))
+    return KernelParts(tuple(head), tuple(body), emitter.work, frozenset(emitter.integer_names),
+                       len(Layout(inputs)), len(Layout(params)), offset)
+
+
+def source(outputs: list[Expr], inputs: list[Expr], params: list[Expr] = ()) -> str:
+    """A Numba module whose ``kernel(x, p, out, work)`` returns ``outputs[0]`` (a scalar) and writes
+    the others (scalars or arrays, raveled, in order) into ``out``; ``x`` holds ``inputs`` and ``p``
+    ``params`` (arrays raveled, scalars) in order; ``work`` (``WORK`` floats, one per thread) holds
+    the temporary arrays. ``point(x, p, out)`` is the same code checking the sizes and allocating
+    its workspace (one function: a call compiles once, not a kernel and a wrapper).
+
+    >>> import symgrad as sg
+    >>> x, i = sg.array("x", 3), sg.index("i", 3)
+    >>> print(source([sg.sum(x[i] ** 2, i)], [x]).split("def kernel")[1].split("@numba")[0].strip())
+    (x, p, out, work):
+        b1 = x[0:3].reshape((3,))
+        a5 = 0.0
+        for i2 in range(3):
+            v3 = b1[i2]
+            v4 = v3 * v3
+            a5 = a5 + v4
+        return a5
+    """
+    return module(parts(outputs, inputs, params))
+
+
+def module(kernel: KernelParts) -> str:
+    """The Numba module of a loop kernel's parts."""
+    body, nx, np_, offset = list(kernel.body), kernel.nx, kernel.n_p, kernel.n_out
     sizes = f"x.shape[0] != {nx} or p.shape[0] != {np_} or out.shape[0] != {offset}"
     checks = f"    if {sizes}:\n        raise ValueError(\"symgrad: wrong shape\")\n"
     header = f"import math\n\nimport numba\nimport numpy as np\n{fastmath.IMPORT}\n{special.IMPORT}\n\n"
     entries = _ENTRIES.format(nx=nx, np=np_, nout=offset)
-    text = (header + "".join(h + "\n" for h in head) +
-            f"WORK = {emitter.work}  # floats of workspace its temporary arrays take\n")
+    text = (header + "".join(h + "\n" for h in kernel.head) +
+            f"WORK = {kernel.work}  # floats of workspace its temporary arrays take\n")
     split = len(body) > pieces.SPLIT_LINES
     if split:
-        text += _split_kernel(body, emitter.integer_names)
+        text += _split_kernel(body, set(kernel.integers))
     else:
         text += f"\n\n{_JIT}def kernel(x, p, out, work):\n{_indented(body)}\n"
-    if split or emitter.work >= kernels.OWN_WORK:  # a workspace from Python (see kernels.take)
+    if split or kernel.work >= kernels.OWN_WORK:  # a workspace from Python (see kernels.take)
         return text + _OWN_POINT.format(checks=checks) + (entries.replace(_JIT, "") if split else entries)
     point = f"\n\n{_JIT}def point(x, p, out):\n{checks}    work = np.empty(WORK)\n{_indented(body)}\n"
     return text + point + entries
