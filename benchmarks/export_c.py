@@ -4,8 +4,11 @@ convention by one driver: file size, compile time (the same compiler and flags) 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/export_c.py [n ...]   (default 100 1000)
 
 Needs casadi (pip install -e ".[bench]") and a C compiler ($CC or cc). Problems: Rosenbrock's value and
-gradient, and its Hessian's nonzeros (compressed columns), as formulas of n scalars (straight-line code in
-both: CasADi's SX and symgrad's element formulas), and the spring chain's energy and gradient.
+gradient, and its Hessian's nonzeros (compressed columns), and the spring chain's energy and gradient. Tools:
+"symgrad" exports the formulas of n scalars as straight-line code (as CasADi's SX), up to n = 1000;
+"symgrad loops" exports the same function written with NumPy, traced onto rolled arrays: loops whose file
+does not grow with n (value and gradient; the sparse Hessian is straight-line only); CasADi's SX up to
+``CASADI_MAX`` (its file and compile time grow with n: minutes at 10^4).
 """
 
 from __future__ import annotations
@@ -88,11 +91,32 @@ def springs(x):
     return energy
 
 
+CASADI_MAX = 10_000
+STRAIGHT_MAX = 1_000
+
+
+def rosenbrock_numpy(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def springs_numpy(x):
+    pts = x.reshape(-1, 2)
+    d = pts[1:] - pts[:-1]
+    stretch = np.sqrt(d[:, 0] ** 2 + d[:, 1] ** 2) - 0.1
+    return 9.81 * np.sum(pts[:, 1]) + np.sum(50.0 * stretch * stretch)
+
+
+NUMPY = {rosenbrock: rosenbrock_numpy, springs: springs_numpy}
+
+
+def _loops(problem: str, f, n: int, folder: Path) -> Path:
+    return sg.export_c(sg.value_and_grad(NUMPY[f]), np.ones(n), name="F", directory=folder)[0]
+
+
 def _symgrad(problem: str, f, n: int, folder: Path) -> Path:
     x = sg.vector("x", n)
     e = f(list(x))
-    # (gradient= given: the straight-line formulas, as CasADi's SX, not rerolled into loops, which have no C
-    # form yet)
+    # (gradient= given: the straight-line formulas, as CasADi's SX, not rerolled into loops)
     fun = value_and_grad(e, list(x), gradient=sg.grad(e, list(x)), backend="vm") if problem != "hessian" \
         else sg.compile(sg.hessian(e, list(x), sparse=True), list(x), backend="vm")
     return sg.export_c(fun, name="F", directory=folder)[0]
@@ -128,13 +152,16 @@ def main(sizes: list[int]) -> None:
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         sys.exit("needs a C compiler ($CC or cc)")
-    print(f"{'problem':<34}{'tool':<10}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
+    print(f"{'problem':<34}{'tool':<15}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
     for problem, f in (("rosenbrock value+grad", rosenbrock), ("hessian", rosenbrock),
                        ("springs value+grad", springs)):
         for n in sizes:
             checks = []
-            for tool, export in (("symgrad", _symgrad), ("CasADi", _casadi)):
-                folder = Path(tempfile.mkdtemp(prefix=f"export-{tool}-"))
+            tools = [("symgrad", _symgrad)] if n <= STRAIGHT_MAX else []
+            tools += [("symgrad loops", _loops)] if problem != "hessian" else []
+            tools += [("CasADi", _casadi)] if n <= CASADI_MAX else []
+            for tool, export in tools:
+                folder = Path(tempfile.mkdtemp(prefix="export-"))
                 cwd = os.getcwd()
                 os.chdir(folder)
                 try:
@@ -143,10 +170,9 @@ def main(sizes: list[int]) -> None:
                     os.chdir(cwd)
                 checks.append(check)
                 label = "rosenbrock sparse hessian" if problem == "hessian" else problem
-                print(f"{f'{label} n={n}':<34}{tool:<10}{size / 1024:>10.1f}{compiled:>11.2f}"
+                print(f"{f'{label} n={n}':<34}{tool:<15}{size / 1024:>10.1f}{compiled:>11.2f}"
                       f"{per_call * 1e6:>13.3f}", flush=True)
-            assert np.isclose(checks[0], checks[1], rtol=1e-9), checks
-
+            assert np.allclose(checks, checks[0], rtol=1e-9), checks
 
 if __name__ == "__main__":
     main([int(a) for a in sys.argv[1:]] or [100, 1000])

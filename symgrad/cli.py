@@ -271,6 +271,8 @@ def export(argv: list[str]) -> tuple[Any, Any]:
         import importlib
 
         module, _, name = args.what.partition(":")
+        if "" not in sys.path and os.getcwd() not in sys.path:  # (as python -m: modules beside the caller)
+            sys.path.insert(0, os.getcwd())
         try:
             fn = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as e:

@@ -1,10 +1,10 @@
 """``sg.export_c``: a compiled function as a standalone C file and header, in CasADi's calling convention.
 
-What can be exported is what compiles to a straight-line Program: symbolic formulas
-(``sg.compile`` / ``sg.value_and_grad`` of expressions, dense or sparse) and traced Python functions
-whose arrays are traced element by element (under 64 elements, as ``sg.jit`` / ``sg.grad`` /
-``sg.value_and_grad`` / ``sg.jacobian`` / ``sg.hessian`` / ``sg.hvp`` trace them). Rolled loops cannot be
-written as C yet: exporting one raises NotImplementedError. docs/export.md has the calling convention.
+What can be exported: symbolic formulas (``sg.compile`` / ``sg.value_and_grad`` of expressions, dense or
+sparse: straight-line Programs) and traced Python functions (``sg.jit`` / ``sg.grad`` /
+``sg.value_and_grad`` / ``sg.jacobian`` / ``sg.hessian`` / ``sg.hvp``): straight-line code where their
+arrays are traced element by element (under 64 elements), C loops where they are traced onto rolled
+arrays (compile/c_loops.py: files flat in the arrays' sizes). docs/export.md has the calling convention.
 """
 
 from __future__ import annotations

@@ -289,8 +289,15 @@ def test_what_a_trace_cannot_export_says_so(tmp_path):
         sg.export_c(sg.grad(branchy), np.ones(3), directory=tmp_path)
 
 
-def test_the_export_command(tmp_path):
+def test_the_export_command(tmp_path, monkeypatch):
     from symgrad import cli
+    (tmp_path / "lossmod.py").write_text("import numpy as np\n\ndef loss(x, A):\n"
+                                         "    return np.sum(np.tanh(A @ x) ** 2) + np.max(x)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    assert cli.main(["export", "lossmod:loss", "--shapes", "100,300x100", "--transform", "value_and_grad",
+                     "--name", "vg", "--to", str(tmp_path)]) == 0  # (rolled: a matrix product as loops)
+    subprocess.run([CC, *STRICT, "-c", str(tmp_path / "vg.c"), "-o", str(tmp_path / "vg.o")], check=True)
     assert cli.main(["export", "x*y + sin(x)", "--wrt", "x,y", "--name", "g", "--to", str(tmp_path)]) == 0
     subprocess.run([CC, *STRICT, "-c", str(tmp_path / "g.c"), "-o", str(tmp_path / "g.o")], check=True)
     assert cli.main(["export", "x*y", "--name", "main", "--to", str(tmp_path)]) == 2

@@ -56,7 +56,8 @@ static inline long long sg_as_index(double v, double n, int* status) {
     }
     return v < 0 ? (long long)(v + n) : (long long)v;
 }
-/* a before b in NumPy's stable sort: nan last */
+"""
+SORT = """/* a before b in NumPy's stable sort: nan last */
 static inline int sg_before(double a, double b) { return a < b || (b != b && a == a); }
 /* the positions sorting row[0:n] (a stable merge sort, nan last): into order; tmp holds n more */
 static void sg_argsort(const double* row, long long n, long long* order, long long* tmp) {
@@ -383,7 +384,8 @@ def loop_c(parts: KernelParts) -> LoopC:
     """
     kernel = _Kernel(parts)
     used = {n for n in c_functions.NAMES if any(f"special.{n}(" in line for line in parts.body)}
-    head = [PRELUDE, LOOP_PRELUDE, *c_functions.definitions(used), *kernel.tables]
+    sorts = [SORT] if any("sg_argsort(" in line for line in kernel.body) else []
+    head = [PRELUDE, LOOP_PRELUDE, *sorts, *c_functions.definitions(used), *kernel.tables]
     signature = ("static double sg_kernel(const double* x, const double* p, double* out, double* work,\n"
                  "                        long long* iwork, int* status) {")
     unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status;"
