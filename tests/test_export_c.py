@@ -3,7 +3,8 @@ bit for bit where the library is the same; symgrad's special functions over wide
 on backend="c" against the interpreter, exported files compiled warning-free (-std=c99 -Wall -Wextra
 -Werror -pedantic) and called through CasADi's calling convention from a C driver (also under
 -fsanitize=address,undefined), sparse Hessians in compressed-column form, hostile names, and the errors
-for what cannot be exported."""
+for what cannot be exported; rolled functions as C loops (sorts, scans, products, gathers through integer
+arguments), their files flat in n. The random rolled programs on backend="c": tests/test_fuzz.py."""
 
 import os
 import shutil
@@ -259,6 +260,17 @@ def test_rolled_export_runs_clean_under_the_sanitizers_and_its_size_is_flat_in_n
     np.testing.assert_allclose(got, [value, *grad], rtol=1e-12)
     sizes = [sg.export_c(vg, np.ones(n), directory=tmp_path / str(n))[0].stat().st_size for n in (200, 10 ** 5)]
     assert sizes[1] <= sizes[0] + 200, sizes  # (the digits of the sizes only)
+
+
+def test_rolled_vmap_and_jacobian_export_column_major(tmp_path):
+    rng = np.random.default_rng(4)
+    X, x = rng.normal(size=(4, 100)), rng.normal(size=70)
+    per_row = sg.vmap(sg.grad(lambda x: np.sum(np.sort(x)[:50] ** 2) + np.max(x)))
+    jac = sg.jacobian(lambda x: np.cumsum(np.tanh(x))[::3])
+    for fun, arg in ((per_row, X), (jac, x)):
+        assert type(fun.trace(arg).compiled.program).__name__ == "LoopProgram"
+        got = _run_exported(fun, tmp_path, [arg.ravel(order="F")], example=(arg,))
+        np.testing.assert_allclose(got, np.asarray(fun(arg)).ravel(order="F"), rtol=1e-14, atol=1e-15)
 
 
 def test_the_c_backend_runs_rolled_loops_as_the_numba_loops():
