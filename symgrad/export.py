@@ -49,18 +49,50 @@ def export_c(fun: Any, *example_args: Any, name: str = "f", directory: str | Pat
                             "inputs)")
         program, layout = fun.program, formula_layout(fun)
     elif isinstance(fun, Function):
+        rolled = _rolled_sparse(fun, example_args)
+        if rolled is not None:
+            program, layout, layers = rolled
+            return _write(c_loops.export_source(program, layout, name, layers), name, directory)
         trace = fun.trace(*example_args)
         program, layout = trace.compiled.program, trace_layout(trace)
     else:
         raise TypeError("export_c: expected a compiled formula (sg.compile, sg.value_and_grad of expressions) or "
                         f"a traced function (sg.jit, sg.grad, ...), got {type(fun).__name__}")
     write = c_loops.export_source if isinstance(program, LoopProgram) else export_source
-    text, head = write(program, layout, name)
+    return _write(write(program, layout, name), name, directory)
+
+
+def _write(files: tuple[str, str], name: str, directory: str | Path) -> tuple[Path, Path]:
+    text, head = files
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.c").write_text(text, encoding="utf-8")
     (folder / f"{name}.h").write_text(head, encoding="utf-8")
     return folder / f"{name}.c", folder / f"{name}.h"
+
+
+def _rolled_sparse(fun: Function, args: tuple) -> tuple | None:
+    """A sparse Jacobian or Hessian of large arrays as symgrad computes it in-process, rolled (trace/sparse.py:
+    one kernel of band formulas, its values assembled into the nonzeros): (the kernel's LoopProgram, the
+    layout, the assembly's layers as (nonzero in column order, output) pairs); None where it is computed
+    otherwise (small arrays, coloured products: the element trace is exported)."""
+    key = fun.signature_key(args, {}) if fun.sparse else None
+    sparse = fun._rolled_sparse(key, args, {}) if key is not None else None
+    if sparse is None or sparse.direct is None or sparse.direct.compiled is None:
+        return None
+    inputs = trace_layout(sparse.trace)
+    positions, ccs = _sparse((sparse.pattern.indices, sparse.pattern.indptr, sparse.pattern.shape))
+    order, starts = (np.asarray(a, dtype=np.int64) for a in (sparse.direct.assembly.order,
+                                                              sparse.direct.assembly.starts))
+    counts, dest = np.diff(starts), np.asarray(positions, dtype=np.int64)
+    layers = []
+    for j in range(int(counts.max(initial=0))):  # (each nonzero's j-th source, in the outputs' order: a
+        have = np.flatnonzero(counts > j)            # band's nonzeros one strided run)
+        sources = order[starts[have] + j]
+        by_source = np.argsort(sources, kind="stable")
+        layers.append((dest[have][by_source], sources[by_source]))
+    layout = Layout(inputs.inputs, (), inputs.arg_names, inputs.arg_sparsity, ("out0",), (ccs,))
+    return sparse.direct.compiled.program, layout, layers
 
 
 def _arguments(names: tuple[str, ...], first: int) -> tuple[list, list[str], list[tuple]]:

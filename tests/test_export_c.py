@@ -273,6 +273,23 @@ def test_rolled_vmap_and_jacobian_export_column_major(tmp_path):
         np.testing.assert_allclose(got, np.asarray(fun(arg)).ravel(order="F"), rtol=1e-14, atol=1e-15)
 
 
+def test_rolled_sparse_hessian_and_jacobian_export_their_band_kernels(tmp_path):
+    """Large arrays' sparse derivatives as symgrad computes them (band formulas in one kernel, assembled):
+    the same nonzeros bit for bit, in column order, the assembly a loop a band."""
+    x = np.linspace(-1.0, 1.0, 1000)
+    rosen = lambda x: np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)  # noqa: E731
+    pairs = lambda x: x[1:] * x[:-1] ** 2 - np.sin(x[1:])  # noqa: E731
+    for fun in (sg.hessian(rosen, sparse=True), sg.jacobian(pairs, sparse=True)):
+        got = _run_exported(fun, tmp_path, [x], example=(x,))
+        want = fun(x).tocsc()
+        want.sort_indices()
+        assert "band formulas" in fun.explain()
+        np.testing.assert_array_equal(got, want.data)
+        text = (tmp_path / "f.c").read_text()
+        assert ", ".join(map(str, [*want.shape, *want.indptr, *want.indices])) in text
+        assert sum("res[0][" in line for line in text.splitlines()) <= 4
+
+
 def test_the_c_backend_runs_rolled_loops_as_the_numba_loops():
     """Bit for bit where the operations are the same (no library call); the value, gradient and Hessian
     product of the held-out function within rounding; an index out of bounds raises as on Numba."""
