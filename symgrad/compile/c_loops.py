@@ -506,8 +506,9 @@ def assembly_lines(dest_layers: list[tuple[np.ndarray, np.ndarray]], nnz: int, b
             continue
         for t, m, dd, ds in runs:
             d0, s0 = int(dest[t]), int(src[t])
-            lines.append(f"for (long long k = 0; k < {m}; ++k) res[0][{d0} + {dd} * k] {op} w[{base + s0} + {ds} * k];"
-                         if m > 1 else f"res[0][{d0}] {op} w[{base + s0}];")
+            each = f"for (long long k = 0; k < {m}; ++k) "
+            lines.append(f"{each}res[0][{d0} + {dd} * k] {op} w[{base + s0} + {ds} * k];" if m > 1 else
+                         f"res[0][{d0}] {op} w[{base + s0}];")
     return ["if (res[0]) {", *("    " + line for line in lines), "}"]
 
 
