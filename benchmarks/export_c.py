@@ -3,12 +3,16 @@ convention by one driver: file size, compile time (the same compiler and flags) 
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/export_c.py [n ...]   (default 100 1000)
 
+(the collocation problem at N = 200 and 2000 intervals, whatever the n given)
+
 Needs casadi (pip install -e ".[bench]") and a C compiler ($CC or cc). Problems: Rosenbrock's value and
 gradient, and its Hessian's nonzeros (compressed columns), and the spring chain's energy and gradient. Tools:
 "symgrad" exports the formulas of n scalars as straight-line code (as CasADi's SX), up to n = 1000;
 "symgrad loops" exports the same function written with NumPy, traced onto rolled arrays: loops whose file
 does not grow with n (value and gradient; the sparse Hessian is straight-line only); CasADi's SX up to
-``CASADI_MAX`` (its file and compile time grow with n: minutes at 10^4).
+``CASADI_MAX`` (its file and compile time grow with n: minutes at 10^4). The collocation problem
+(examples/collocation.py): its constraints' sparse Jacobian and its Lagrangian's sparse Hessian, symgrad's
+rolled band kernels (with their patterns, nnz integers, in the file, as CasADi's) beside CasADi's SX.
 """
 
 from __future__ import annotations
@@ -68,9 +72,17 @@ int main(void) {
         do { F(arg, res, iw, w, 0); ++calls; t = now() - start; } while (t < 0.05);
         if (t / (double)calls < best) best = t / (double)calls;
     }
-    double check = 0.0;
-    for (long long i = 0; i < F_n_out(); ++i)
-        for (long long k = 0; k < nnz(F_sparsity_out(i)); ++k) check += res[i][k] * (double)(1 + k % 7);
+    double check = 0.0;  /* each entry weighed by its row and column: the same for any pattern holding it */
+    for (long long i = 0; i < F_n_out(); ++i) {
+        const long long* sp = F_sparsity_out(i);
+        for (long long c = 0, k = 0; c < sp[1]; ++c) {
+            long long end = sp[2] == 1 ? (c + 1) * sp[0] : sp[2 + c + 1];
+            for (; k < end; ++k) {
+                long long r = sp[2] == 1 ? k - c * sp[0] : sp[2 + sp[1] + 1 + k];
+                check += res[i][k] * (double)(1 + (r * 7 + c) % 11);
+            }
+        }
+    }
     printf("%.9e %.17g\n", best, check);
     return 0;
 }
@@ -122,6 +134,38 @@ def _symgrad(problem: str, f, n: int, folder: Path) -> Path:
     return sg.export_c(fun, name="F", directory=folder)[0]
 
 
+def _collocation(n: int):
+    sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
+    import collocation
+
+    collocation.N = n
+    return collocation
+
+
+def _loops_collocation(problem: str, f, n: int, folder: Path) -> Path:
+    cp = _collocation(n)
+    z, lam = cp.guess(), np.ones(4 * n + 8)
+    fun = sg.jacobian(cp.defects, sparse=True) if problem == "collocation jacobian" else \
+        sg.hessian(lambda z, lam: cp.effort(z) + lam @ cp.defects(z), sparse=True)
+    args = (z,) if problem == "collocation jacobian" else (z, lam)
+    return sg.export_c(fun, *args, name="F", directory=folder)[0]
+
+
+def _casadi_collocation(problem: str, f, n: int, folder: Path) -> Path:
+    import casadi as ca
+
+    cp = _collocation(n)
+    z, lam = ca.SX.sym("z", 5 * (n + 1)), ca.SX.sym("lam", 4 * n + 8)
+    g = cp.defects(z, ca, lambda parts: ca.vertcat(*parts))
+    u = z[4 * (n + 1):]
+    effort = cp.T / n * (ca.sumsqr(u) - (u[0] ** 2 + u[-1] ** 2) / 2)
+    fun = ca.Function("F", [z], [ca.jacobian(g, z)]) if problem == "collocation jacobian" else \
+        ca.Function("F", [z, lam], [ca.hessian(effort + ca.dot(lam, g), z)[0]])
+    fun.generate("F.c", {"with_header": False})
+    shutil.move("F.c", folder / "F.c")
+    return folder / "F.c"
+
+
 def _casadi(problem: str, f, n: int, folder: Path) -> Path:
     import casadi as ca
 
@@ -148,18 +192,22 @@ def measure(path: Path, cc: str) -> tuple[int, float, float, float]:
     return path.stat().st_size, compiled, float(per_call), float(check)
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], collocation: list[int]) -> None:
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         sys.exit("needs a C compiler ($CC or cc)")
-    print(f"{'problem':<34}{'tool':<15}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
+    print(f"{'problem':<40}{'tool':<15}{'file KB':>10}{'compile s':>11}{'per call us':>13}")
     for problem, f in (("rosenbrock value+grad", rosenbrock), ("hessian", rosenbrock),
-                       ("springs value+grad", springs)):
-        for n in sizes:
+                       ("springs value+grad", springs), ("collocation jacobian", None),
+                       ("collocation lagrangian hessian", None)):
+        for n in (sizes if f is not None else collocation):
             checks = []
-            tools = [("symgrad", _symgrad)] if n <= STRAIGHT_MAX else []
-            tools += [("symgrad loops", _loops)] if problem != "hessian" else []
-            tools += [("CasADi", _casadi)] if n <= CASADI_MAX else []
+            if f is None:  # (the collocation problem: NumPy traced, CasADi SX, N intervals)
+                tools = [("symgrad loops", _loops_collocation), ("CasADi", _casadi_collocation)]
+            else:
+                tools = [("symgrad", _symgrad)] if n <= STRAIGHT_MAX else []
+                tools += [("symgrad loops", _loops)] if problem != "hessian" else []
+                tools += [("CasADi", _casadi)] if n <= CASADI_MAX else []
             for tool, export in tools:
                 folder = Path(tempfile.mkdtemp(prefix="export-"))
                 cwd = os.getcwd()
@@ -170,9 +218,10 @@ def main(sizes: list[int]) -> None:
                     os.chdir(cwd)
                 checks.append(check)
                 label = "rosenbrock sparse hessian" if problem == "hessian" else problem
-                print(f"{f'{label} n={n}':<34}{tool:<15}{size / 1024:>10.1f}{compiled:>11.2f}"
+                print(f"{f'{label} n={n}':<40}{tool:<15}{size / 1024:>10.1f}{compiled:>11.2f}"
                       f"{per_call * 1e6:>13.3f}", flush=True)
             assert np.allclose(checks, checks[0], rtol=1e-9), checks
 
+
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [100, 1000])
+    main([int(a) for a in sys.argv[1:]] or [100, 1000], [200, 2000])

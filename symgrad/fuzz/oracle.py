@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 import symgrad as sg
+from symgrad.compile.kernels import REGISTRY
 from symgrad.expr import interp
 from symgrad.fuzz.generator import _valid
 from symgrad.fuzz.noise import _capped, _mismatch, _nan_only, _observe, _settled
@@ -150,7 +151,7 @@ class _Checker:
             argnums = self.program.argnums
             self._interpreter = sg.value_and_grad(f, argnums=argnums[0] if len(argnums) == 1 else argnums,
                                                   backend="python")
-        return _vg(self.program, f, inputs, probe if probe in ("python", "vm", "numba") else "python",
+        return _vg(self.program, f, inputs, probe if probe in REGISTRY["program"] else "python",
                    self._interpreter if probe == "python" else None)
 
     def _noise(self, f: Callable, inputs: list, value: float, grads: list,
