@@ -14,9 +14,11 @@ import pytest  # noqa: E402 - after the cache setting, which must precede symgra
 
 @pytest.fixture(autouse=True)
 def _background_compiles_end_with_their_test():
-    """Tiered compilation compiles on a background thread: let it finish inside the test that
-    started it (not while a later test moves the cache folder)."""
+    """Tiered compilation compiles on a background thread: those not started when the test ends are
+    dropped (their programs run on the VM: nobody calls them again), the one under way finishes inside
+    the test that started it (not while a later test moves the cache folder)."""
     yield
     from symgrad.compile import function
 
+    function.drop_background_compiles()
     function._compiles_done()

@@ -152,8 +152,13 @@ class Compiled:
         return self
 
     def _upgrade(self, make: Any) -> Compiled:
-        """Run on the kernels ``make()`` returns once a background thread has made them."""
+        """Run on the kernels ``make()`` returns once a background thread has made them (unless dropped
+        before its turn: ``drop_background_compiles``)."""
+        generation = _GENERATION[0]
+
         def swap() -> bool:
+            if _GENERATION[0] != generation:  # (dropped: nobody will use it; it runs on the VM)
+                return False
             with _CHANGED:
                 _CHANGED.wait_for(lambda: _BUILDS[0] == 0, FOREGROUND_WAIT)
             try:
@@ -348,12 +353,27 @@ def _compiler() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(1, thread_name_prefix="symgrad-compile")
 
 
+_GENERATION = [0]  # bumped to drop the background compiles queued so far
+
+
+def drop_background_compiles() -> None:
+    """Skip the background compiles that have not started (the one under way finishes): at the
+    interpreter's exit, whose results nobody will use (a script's last line is its end, not minutes
+    later), and at the end of each test. What they would have upgraded goes on running on the VM.
+
+    >>> drop_background_compiles()
+    """
+    _GENERATION[0] += 1
+
+
 def _compiles_done() -> None:
     """Let background compiles finish (before a fork: a child would inherit their locks held)."""
     if _compiler.cache_info().currsize:
         _compiler().submit(lambda: None).result()
 
 
+# (threading's exit hooks run newest first: this one before concurrent.futures' joins its workers)
+getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
 # A forked child inherits the pools without their threads: it would wait on them forever.
 os.register_at_fork(before=_compiles_done, after_in_child=lambda: (_thread_pool.cache_clear(),
                                                                    _compiler.cache_clear()))
