@@ -3,7 +3,7 @@ convention by one driver: file size, compile time (the same compiler and flags) 
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/export_c.py [n ...]   (default 100 1000)
 
-(the collocation problem at N = 200 and 2000 intervals, whatever the n given)
+(the collocation problem at N = 200 and 2000 intervals; --collocation 200,1000 for others)
 
 Needs casadi (pip install -e ".[bench]") and a C compiler ($CC or cc). Problems: Rosenbrock's value and
 gradient, and its Hessian's nonzeros (compressed columns), and the spring chain's energy and gradient. Tools:
@@ -224,4 +224,10 @@ def main(sizes: list[int], collocation: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [100, 1000], [200, 2000])
+    words = sys.argv[1:]
+    grid = [200, 2000]
+    if "--collocation" in words:  # (--collocation 200,1000: the collocation problem's N)
+        at = words.index("--collocation")
+        grid = [int(v) for v in words[at + 1].split(",")]
+        words = words[:at] + words[at + 2:]
+    main([int(a) for a in words] or [100, 1000], grid)

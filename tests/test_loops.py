@@ -89,7 +89,7 @@ def test_an_index_bound_again_inside_its_binder_gets_its_own_loop():
     assert text.count("for ") >= 4
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(nested_sums(), st.data())
 def test_random_nested_bodies_compile_to_the_interpreters_values(fAx, data):
     """Sparingly (each example compiles): random two-level bodies, value and gradients."""

@@ -58,7 +58,7 @@ def test_latex_superscripts_and_names_are_valid():
 _NAMES = st.text(st.characters(max_codepoint=0xFFFF), min_size=1, max_size=5).filter(str.isprintable)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags(max_ops=8), _NAMES)
 def test_latex_of_random_graphs_parses_in_mathtext(f, name):
     """matplotlib's mathtext (a TeX-free parser of TeX math) accepts every line symgrad writes.

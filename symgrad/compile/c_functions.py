@@ -278,11 +278,12 @@ def definition(name: str) -> str:
 NAMES = ("gammaln", "digamma", "polygamma", "sinc_derivative", "ive", "erfinv")
 
 
-def definitions(names: set[str]) -> list[str]:
-    """The C of the special functions ``names`` and of those they call, each after what it calls."""
+def definitions(names: set[str], helpers: bool = True) -> list[str]:
+    """The C of the special functions ``names`` and of those they call, each after what it calls, after
+    ``HELPERS`` (if any is written and ``helpers``: a file that has them already says False)."""
     wanted = names | {n for m in names for n in _callees(m)}
     done = [definition(name) for name in NAMES if name in wanted and name != "gammaln"]  # (callees first)
-    return [HELPERS, *done] if done else []
+    return [HELPERS, *done] if done and helpers else done
 
 
 @functools.cache

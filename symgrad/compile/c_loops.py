@@ -39,14 +39,6 @@ INT, DOUBLE = c_functions.INT, c_functions.DOUBLE
 
 LOOP_PRELUDE = """static inline long long sg_imax(long long a, long long b) { return a > b ? a : b; }
 static inline long long sg_imin(long long a, long long b) { return a < b ? a : b; }
-static inline long long sg_lfloordiv(long long a, long long b) {
-    long long q = a / b;
-    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline long long sg_lmod(long long a, long long b) {
-    long long r = a % b;
-    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
 /* an integer data array's value as an index on an axis of size n (negative from the end); out of
    bounds or not whole: *status set (the caller fails) and 0 read */
 static inline long long sg_as_index(double v, double n, int* status) {
@@ -102,7 +94,7 @@ class _Expression(_ToC):
     def visit_Attribute(self, node: ast.Attribute) -> str:
         text = ast.unparse(node)
         constants = {"math.inf": "INFINITY", "math.nan": "NAN", "np.inf": "INFINITY", "np.nan": "NAN",
-                     "math.pi": "3.141592653589793", "work.shape[0]": str(self.kernel.work_size)}
+                     "math.pi": "3.141592653589793"}
         return constants[text] if text in constants else self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> str:
@@ -113,7 +105,7 @@ class _Expression(_ToC):
     def visit_BinOp(self, node: ast.BinOp) -> str:
         integers = self.kernel.type_of(node.left) == INT and self.kernel.type_of(node.right) == INT
         if isinstance(node.op, ast.FloorDiv | ast.Mod) and integers:
-            helper = "sg_lfloordiv" if isinstance(node.op, ast.FloorDiv) else "sg_lmod"
+            helper = "sg_ifloordiv" if isinstance(node.op, ast.FloorDiv) else "sg_imod"  # (c_functions.HELPERS)
             return f"{helper}({self.visit(node.left)}, {self.visit(node.right)})"
         if isinstance(node.op, ast.Div) and integers:
             return f"((double){self.visit(node.left)} / {self.visit(node.right)})"
@@ -385,7 +377,8 @@ def loop_c(parts: KernelParts) -> LoopC:
     kernel = _Kernel(parts)
     used = {n for n in c_functions.NAMES if any(f"special.{n}(" in line for line in parts.body)}
     sorts = [SORT] if any("sg_argsort(" in line for line in kernel.body) else []
-    head = [PRELUDE, LOOP_PRELUDE, *sorts, *c_functions.definitions(used), *kernel.tables]
+    head = [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *sorts, *c_functions.definitions(used, helpers=False),
+            *kernel.tables]
     signature = ("static double sg_kernel(const double* x, const double* p, double* out, double* work,\n"
                  "                        long long* iwork, int* status) {")
     unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status;"
