@@ -9,7 +9,8 @@ Needs casadi (pip install -e ".[bench]") and a C compiler ($CC or cc). Problems:
 gradient, and its Hessian's nonzeros (compressed columns), and the spring chain's energy and gradient. Tools:
 "symgrad" exports the formulas of n scalars as straight-line code (as CasADi's SX), up to n = 1000;
 "symgrad loops" exports the same function written with NumPy, traced onto rolled arrays: loops whose file
-does not grow with n (value and gradient; the sparse Hessian is straight-line only); CasADi's SX up to
+does not grow with n (the sparse Hessian's: its band kernel, its pattern's nnz integers in the file, as
+CasADi's); CasADi's SX up to
 ``CASADI_MAX`` (its file and compile time grow with n: minutes at 10^4). The collocation problem
 (examples/collocation.py): its constraints' sparse Jacobian and its Lagrangian's sparse Hessian, symgrad's
 rolled band kernels (with their patterns, nnz integers, in the file, as CasADi's) beside CasADi's SX.
@@ -122,7 +123,8 @@ NUMPY = {rosenbrock: rosenbrock_numpy, springs: springs_numpy}
 
 
 def _loops(problem: str, f, n: int, folder: Path) -> Path:
-    return sg.export_c(sg.value_and_grad(NUMPY[f]), np.ones(n), name="F", directory=folder)[0]
+    fun = sg.hessian(NUMPY[f], sparse=True) if problem == "hessian" else sg.value_and_grad(NUMPY[f])
+    return sg.export_c(fun, np.ones(n), name="F", directory=folder)[0]
 
 
 def _symgrad(problem: str, f, n: int, folder: Path) -> Path:
@@ -192,7 +194,7 @@ def measure(path: Path, cc: str) -> tuple[int, float, float, float]:
     return path.stat().st_size, compiled, float(per_call), float(check)
 
 
-def main(sizes: list[int], collocation: list[int]) -> None:
+def main(sizes: list[int], collocation: list[int], only: str = "") -> None:
     cc = shutil.which(os.environ.get("CC", "cc"))
     if cc is None:
         sys.exit("needs a C compiler ($CC or cc)")
@@ -200,13 +202,15 @@ def main(sizes: list[int], collocation: list[int]) -> None:
     for problem, f in (("rosenbrock value+grad", rosenbrock), ("hessian", rosenbrock),
                        ("springs value+grad", springs), ("collocation jacobian", None),
                        ("collocation lagrangian hessian", None)):
-        for n in (sizes if f is not None else collocation):
+        label = "rosenbrock sparse hessian" if problem == "hessian" else problem
+        for n in (sizes if f is not None else collocation) if only in label else ():
             checks = []
             if f is None:  # (the collocation problem: NumPy traced, CasADi SX, N intervals)
-                tools = [("symgrad loops", _loops_collocation), ("CasADi", _casadi_collocation)]
+                tools = [("symgrad loops", _loops_collocation)]
+                tools += [("CasADi", _casadi_collocation)] if 5 * n <= CASADI_MAX else []
             else:
                 tools = [("symgrad", _symgrad)] if n <= STRAIGHT_MAX else []
-                tools += [("symgrad loops", _loops)] if problem != "hessian" else []
+                tools += [("symgrad loops", _loops)] if problem != "hessian" or n >= 64 else []
                 tools += [("CasADi", _casadi)] if n <= CASADI_MAX else []
             for tool, export in tools:
                 folder = Path(tempfile.mkdtemp(prefix="export-"))
@@ -217,17 +221,19 @@ def main(sizes: list[int], collocation: list[int]) -> None:
                 finally:
                     os.chdir(cwd)
                 checks.append(check)
-                label = "rosenbrock sparse hessian" if problem == "hessian" else problem
                 print(f"{f'{label} n={n}':<40}{tool:<15}{size / 1024:>10.1f}{compiled:>11.2f}"
                       f"{per_call * 1e6:>13.3f}", flush=True)
             assert np.allclose(checks, checks[0], rtol=1e-9), checks
 
 
 if __name__ == "__main__":
-    words = sys.argv[1:]
-    grid = [200, 2000]
-    if "--collocation" in words:  # (--collocation 200,1000: the collocation problem's N)
-        at = words.index("--collocation")
-        grid = [int(v) for v in words[at + 1].split(",")]
-        words = words[:at] + words[at + 2:]
-    main([int(a) for a in words] or [100, 1000], grid)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n", type=int, nargs="*", default=[100, 1000], help="sizes of Rosenbrock and the springs")
+    ap.add_argument("--collocation", default="200,2000", help="the collocation problem's N, comma-separated")
+    ap.add_argument("--only", default="", help="the problems whose name (as printed) holds this")
+    ap.add_argument("--casadi-max", type=int, default=CASADI_MAX, help="the largest n CasADi's SX is run at")
+    a = ap.parse_args()
+    CASADI_MAX = a.casadi_max
+    main(a.n, [int(v) for v in a.collocation.split(",")], a.only)
