@@ -234,6 +234,7 @@ if __name__ == "__main__":
     ap.add_argument("--collocation", default="200,2000", help="the collocation problem's N, comma-separated")
     ap.add_argument("--only", default="", help="the problems whose name (as printed) holds this")
     ap.add_argument("--casadi-max", type=int, default=CASADI_MAX, help="the largest n CasADi's SX is run at")
+    ap.add_argument("--flags", default=" ".join(FLAGS), help="the compiler's flags, for both tools")
     a = ap.parse_args()
-    CASADI_MAX = a.casadi_max
+    CASADI_MAX, FLAGS = a.casadi_max, a.flags.split()
     main(a.n, [int(v) for v in a.collocation.split(",")], a.only)
