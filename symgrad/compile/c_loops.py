@@ -306,9 +306,8 @@ class _Kernel:
         rest = view.shape[len(indices):]
         return f"{base} + {self._offset(view.shape, indices)}", view.ctype, shape or rest
 
-    def _operand(self, e: ast.expr) -> tuple[str, tuple[int, ...]]:
-        """An np.dot operand: its pointer and shape as it is read (``.T`` swapping a matrix's axes, given
-        as a negative stride marker: shape (m, k) with the pointer's rows of length m)."""
+    def _operand(self, e: ast.expr) -> tuple[str, tuple[tuple[int, ...], bool]]:
+        """An np.dot operand: its pointer, and its stored shape with whether it is read transposed (``.T``)."""
         transposed = isinstance(e, ast.Attribute) and e.attr == "T"
         found = self._as_view(e.value if transposed else e)
         if found is None:
@@ -320,9 +319,7 @@ class _Kernel:
         """``np.dot(A, B, C)`` (A, B matrices or a matrix and a vector, either read transposed) as loops."""
         (a, (sa, ta)), (b, (sb, tb)), (c, (sc, _)) = (self._operand(e) for e in call.args)
 
-        def at(pointer: str, shape: tuple, transposed: bool, i: str, j: str) -> str:
-            if len(shape) == 1:
-                return f"{pointer}[{i if j == '' else j}]"
+        def at(pointer: str, shape: tuple, transposed: bool, i: str, j: str) -> str:  # (a matrix's (i, j))
             return f"{pointer}[({j}) * {shape[1]} + {i}]" if transposed else f"{pointer}[({i}) * {shape[1]} + {j}]"
 
         i, j, k, s = self.fresh("i"), self.fresh("j"), self.fresh("k"), self.fresh("s")
