@@ -2,6 +2,7 @@
 
 import itertools
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -270,3 +271,18 @@ def test_bad_call_arguments_are_named(backend, arg, error, match):
     if arg is not None:
         with pytest.raises(error, match="X: (expected|a value|complex)"):
             vg.batch([arg, arg])
+
+
+def test_background_compiles_not_started_are_dropped():
+    """At a test's end and at the interpreter's exit the queued background compiles are dropped: what
+    they would have upgraded goes on running (on the VM), and no compile starts for it."""
+    from symgrad.compile import function
+
+    x = sg.Var("x")
+    gate = threading.Event()
+    busy = function._compiler().submit(gate.wait)  # (the compile thread busy: the upgrade waits its turn)
+    c = sg.compile(x * x, [x], backend="vm")._upgrade(lambda: pytest.fail("a dropped compile ran"))
+    function.drop_background_compiles()
+    gate.set()
+    busy.result()
+    assert c._final.result() is False and c.backend == "vm" and c(np.array([3.0])) == 9.0
