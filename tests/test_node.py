@@ -151,5 +151,9 @@ def test_symbols_and_vector():
     assert sg.symbols("x, y z") == (x, y, z)
     with pytest.raises(ValueError):
         sg.symbols("")
+    for name in ("1x", "x-y", "x.y"):  # (a formula could not name them: "1x" parses as 1*x)
+        with pytest.raises(ValueError, match=f"{name!r} is not a name"):
+            sg.symbols(f"a {name}")
+    assert sg.symbols("θ_1") is sg.Var("θ_1")
     with pytest.raises(ValueError):
         sg.vector("v", -1)

@@ -62,16 +62,24 @@ def const(value: Any) -> Expr:
 def symbols(names: str) -> Any:
     """Variables from a string of names separated by spaces or commas.
 
-    Like SymPy: one name gives a variable, several give a tuple.
+    Like SymPy: one name gives a variable, several give a tuple. Each is a name as formulas write
+    them (an identifier: ``x1``, ``theta``, ``α``); ``sg.Var`` takes any string.
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
     >>> x * y
     x*y
+    >>> sg.symbols("1x")
+    Traceback (most recent call last):
+    ...
+    ValueError: symbols(): '1x' is not a name (letters, digits, _); sg.Var('1x') takes any
     """
     parts = names.replace(",", " ").split() if isinstance(names, str) else None
     if not parts:
         raise ValueError(f"symbols() needs a string of variable names, got {names!r}")
+    for n in parts:  # (a formula could not name it: "1x" reads as 1*x)
+        if not n.isidentifier():
+            raise ValueError(f"symbols(): {n!r} is not a name (letters, digits, _); sg.Var({n!r}) takes any")
     out = tuple(Var(n) for n in parts)
     return out[0] if len(out) == 1 else out
 

@@ -154,7 +154,12 @@ def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
     """
     import scipy.optimize
 
+    if x0 is None:
+        raise TypeError("sg.minimize: x0, the starting point, is None: give an array of floats")
     x0 = np.asarray(x0, dtype=float)
+    if not np.all(np.isfinite(x0)):
+        bad = np.flatnonzero(~np.isfinite(x0.ravel()))
+        raise ValueError(f"sg.minimize: the starting point x0 has nan or inf at {bad[:5].tolist()}")
     if isinstance(constraints, scipy.optimize.NonlinearConstraint):
         constraints = [constraints]
     problem = Problem(fun, list(constraints), x0, args)
