@@ -304,6 +304,12 @@ def test_the_c_backend_runs_rolled_loops_as_the_numba_loops():
         args = (x, A, d, v) if transform is sg.hvp else (x, A, d)
         a, b = transform(_held_out, backend="c")(*args), f(*args)
         np.testing.assert_allclose(np.hstack(a), np.hstack(b), rtol=1e-12)
+    def batched(x):  # (a product per batch row: np.dot on rows of views, found by the fuzzer)
+        v = np.exp(0.2 * x.reshape(4, -1))
+        return np.sum(np.sin(np.einsum("kij,kj->ki", v[:, :, None] * v[:, None, :], v)))
+    x4 = rng.normal(size=96)
+    np.testing.assert_allclose(np.hstack(sg.value_and_grad(batched, backend="c")(x4)),
+                               np.hstack(sg.value_and_grad(batched, backend="python")(x4)), rtol=1e-12)
     gather = sg.grad(lambda x, i: np.sum(x[i] ** 2), backend="c")
     i = rng.integers(0, 100, 80)
     np.testing.assert_array_equal(gather(x, i), np.bincount(i, 2 * x[i], minlength=100))

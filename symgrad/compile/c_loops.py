@@ -313,7 +313,7 @@ class _Kernel:
         if found is None:
             raise NotImplementedError(f"the C backend cannot write the product operand {ast.unparse(e)!r}")
         pointer, _, shape = found
-        return pointer, (shape, transposed)
+        return f"({pointer})", (shape, transposed)  # (a row of a batch: base + offset)
 
     def _dot(self, call: ast.Call) -> list[str]:
         """``np.dot(A, B, C)`` (A, B matrices or a matrix and a vector, either read transposed) as loops."""
