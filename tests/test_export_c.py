@@ -307,9 +307,9 @@ def test_the_c_backend_runs_rolled_loops_as_the_numba_loops():
     def batched(x):  # (a product per batch row: np.dot on rows of views, found by the fuzzer)
         v = np.exp(0.2 * x.reshape(4, -1))
         return np.sum(np.sin(np.einsum("kij,kj->ki", v[:, :, None] * v[:, None, :], v)))
-    x4 = rng.normal(size=96)
-    np.testing.assert_allclose(np.hstack(sg.value_and_grad(batched, backend="c")(x4)),
-                               np.hstack(sg.value_and_grad(batched, backend="python")(x4)), rtol=1e-12)
+    x4 = rng.normal(size=384)
+    got, want = (np.hstack(sg.value_and_grad(batched, backend=b)(x4)) for b in ("c", "python"))
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())  # (sums in other orders)
     gather = sg.grad(lambda x, i: np.sum(x[i] ** 2), backend="c")
     i = rng.integers(0, 100, 80)
     np.testing.assert_array_equal(gather(x, i), np.bincount(i, 2 * x[i], minlength=100))
