@@ -60,3 +60,13 @@ def test_from_sympy_divides_where_sympy_has_a_reciprocal_factor():
     assert sg.evaluate(back, {"x0": 0.7484567}) == 0.0
     x, y, z = sympy.symbols("x y z")
     assert [str(sg.from_sympy(e)) for e in (x / y, x * y / z, 2 / x)] == ["x/y", "x*y/z", "2/x"]
+
+
+def test_symbols_are_real_by_default_and_plain_on_request():
+    """SymPy's Symbol("x") is another symbol than Symbol("x", real=True): real=False gives the plain ones a
+    user's own SymPy code makes, so the two cancel."""
+    x = sg.Var("x")
+    assert all(s.is_real for s in sg.to_sympy(x ** 2).free_symbols)
+    assert sg.to_sympy(x ** 2) - sympy.Symbol("x") ** 2 != 0
+    plain = sympy.Symbol("x")
+    assert sympy.simplify(sg.to_sympy(sg.sin(x) * x, real=False) - sympy.sin(plain) * plain) == 0

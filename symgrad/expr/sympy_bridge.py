@@ -26,13 +26,20 @@ def _sympy_const(v: float) -> sympy.Expr:
     return sympy.Integer(int(v)) if v.is_integer() and abs(v) < 1e16 else sympy.Float(v)
 
 
-def to_sympy(exprs: Any) -> Any:
+def to_sympy(exprs: Any, real: bool = True) -> Any:
     """Convert expressions to SymPy (one, or a list / array like the input).
 
-    >>> import symgrad as sg
+    Variables become SymPy symbols declared real (``Symbol(name, real=True)``: symgrad's variables
+    are floats, and SymPy then differentiates ``abs`` as ``sign``); SymPy takes a plain
+    ``Symbol("x")`` for another symbol, so mixing the two does not cancel: pass ``real=False`` to get
+    plain symbols.
+
+    >>> import symgrad as sg, sympy
     >>> x, y = sg.symbols("x y")
     >>> sg.to_sympy(x * y + sg.sin(x))
     x*y + sin(x)
+    >>> sg.to_sympy(x ** 2, real=False) - sympy.Symbol("x") ** 2
+    0
 
     Rolled expressions become SymPy's indexed forms: ``Sum`` over an ``Idx``, ``IndexedBase``
     loads, and a ``Lambda`` of the indices for a tensor (max / min over an index, tables and
@@ -44,7 +51,7 @@ def to_sympy(exprs: Any) -> Any:
     for node in topo_order(roots):
         name = node.op.name
         if name == "var":
-            done[node] = sympy.Symbol(node.payload, real=True)
+            done[node] = sympy.Symbol(node.payload, real=True) if real else sympy.Symbol(node.payload)
         elif name == "const":
             done[node] = _sympy_const(node.payload)
         elif name in _LEAVES:
