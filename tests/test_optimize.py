@@ -159,6 +159,9 @@ def test_bad_bounds_and_constraints_are_refused_by_name():
         sg.minimize(square, np.zeros(2), bounds=(np.zeros(2), np.ones(3)))
     with pytest.raises(TypeError, match="constraint 0 is a dict; give scipy.optimize.NonlinearConstraint"):
         sg.minimize(square, np.zeros(2), constraints=[{"type": "eq", "fun": lambda x: x[0]}])
+    with pytest.raises(IndexError, match=r"constraint 1 fails at the starting point x0 \(of shape \(2,\)\)"):
+        sg.minimize(square, np.zeros(2), constraints=[scipy.optimize.NonlinearConstraint(lambda x: x[:1], 0, 0),
+                                                      scipy.optimize.NonlinearConstraint(lambda x: x[5], 0, 0)])
     with pytest.raises(TypeError, match="x0, the starting point, is None"):  # (IPOPT's status -13 before)
         sg.minimize(square, None)
     with pytest.raises(ValueError, match=r"x0 has nan or inf at \[1\]"):

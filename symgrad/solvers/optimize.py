@@ -49,7 +49,7 @@ class Problem:
                                 "scipy.optimize.NonlinearConstraint(c, lb, ub) (c written in NumPy)")
         self.args, self.parts = tuple(args), [c.fun for c in constraints]
         self.value_and_grad = value_and_grad(fun)
-        shapes = [np.shape(c.fun(x0, *args)) for c in constraints]
+        shapes = [np.shape(_at_start(c.fun, x0, args, f"constraint {k}")) for k, c in enumerate(constraints)]
         sides = [[np.broadcast_to(np.asarray(getattr(c, side), dtype=float), shape).ravel()
                   for c, shape in zip(constraints, shapes)] for side in ("lb", "ub")]
         self.lower, self.upper = (np.concatenate([np.zeros(0), *parts]) for parts in sides)
@@ -131,6 +131,17 @@ def _structure(M: scipy.sparse.spmatrix) -> tuple[np.ndarray, np.ndarray]:
 
     M = scipy.sparse.csr_matrix(M)
     return np.repeat(np.arange(M.shape[0], dtype=np.int32), np.diff(M.indptr)), M.indices.astype(np.int32)
+
+
+def _at_start(fn: Callable, x0: np.ndarray, args: tuple, what: str) -> Any:
+    """``fn(x0, *args)``, an error in it re-raised as the same type naming ``what`` (a constraint's
+    bare IndexError told nothing of which one)."""
+    try:
+        return fn(x0, *args)
+    except (IndexError, ValueError, TypeError) as e:
+        if type(e) not in (IndexError, ValueError, TypeError):  # (symgrad's own errors name their culprit)
+            raise
+        raise type(e)(f"sg.minimize: {what} fails at the starting point x0 (of shape {np.shape(x0)}): {e}") from e
 
 
 def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
