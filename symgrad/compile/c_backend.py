@@ -27,7 +27,7 @@ import numpy as np
 
 from symgrad.compile import c_loops, cache
 from symgrad.compile.c_source import kernel_source
-from symgrad.compile.kernels import Kernels, register
+from symgrad.compile.kernels import Kernels, give, register, take
 from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import Program
 
@@ -144,8 +144,12 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
     def call(fn: Any, *args: Any) -> Any:
         if scratch is None:
             return fn(*args)
-        work, iwork, status = np.empty(max(scratch[0], 1)), np.empty(max(scratch[1], 1), np.int64), ctypes.c_int(0)
-        result = fn(*args, work.ctypes.data, iwork.ctypes.data, ctypes.byref(status))
+        work = take(max(scratch[0], 1))  # (the thread's spare workspace, as the Numba loops' point)
+        iwork, status = np.empty(max(scratch[1], 1), np.int64), ctypes.c_int(0)
+        try:
+            result = fn(*args, work.ctypes.data, iwork.ctypes.data, ctypes.byref(status))
+        finally:
+            give(work)
         if status.value:
             raise IndexError("symgrad: an index read from a traced integer argument is out of bounds for the axis "
                              "it indexes")
@@ -161,7 +165,7 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
         _arrays(X, P, V, OUT)
         n = X.shape[0]
         if (X.ndim != 2 or X.shape[1] != nx or P.ndim != 2 or P.shape[1] != n_p or P.shape[0] not in (n, 1)
-                or V.shape not in ((n * value,), (n,)) or OUT.shape != (n, nout) or not 0 <= lo <= hi <= n):
+                or V.shape != (n * value,) or OUT.shape != (n, nout) or not 0 <= lo <= hi <= n):
             raise ValueError("symgrad: wrong shape")
         values = V.ctypes.data if V.shape[0] else None
         call(library().sg_batch, X.ctypes.data, P.ctypes.data, P.shape[0], values, OUT.ctypes.data, lo, hi)

@@ -283,7 +283,7 @@ def _scratch(name: str, sz_w: int, sz_iw: int) -> list[str]:
         return [f"    return {name}(arg, res, 0, 0, 0);"]
     return [f"    double* w = (double*)malloc({max(sz_w, 1)} * sizeof(double));",
             f"    long long* iw = (long long*)malloc({max(sz_iw, 1)} * sizeof(long long));",
-            "    int status = w && iw ? " + f"{name}(arg, res, iw, w, 0) : 2;", "    free(w);", "    free(iw);",
+            f"    int status = w && iw ? {name}(arg, res, iw, w, 0) : 2;", "    free(w);", "    free(iw);",
             "    return status;"]
 
 
