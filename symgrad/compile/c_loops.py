@@ -281,8 +281,8 @@ class _Kernel:
             at = self.extra_iw - 2 * size
             return [f"{name} = iwork + {at};", f"sg_argsort({row}, {size}, {name}, iwork + {at + size});"]
         kind = self.type_of(value)
-        if self.types.setdefault(name, kind) != kind:
-            self.types[name] = DOUBLE  # (an accumulator started at an integer literal)
+        if self.types.setdefault(name, kind) == INT and kind == DOUBLE:  # (lines before used it as an integer)
+            raise NotImplementedError(f"the C backend cannot give {name} an integer and then a float value")
         return [f"{name} = {_Expression(self).visit(value)};"]
 
     def _as_view(self, value: ast.expr) -> tuple[str, str, tuple[int, ...]] | None:
