@@ -412,19 +412,18 @@ def collocation() -> None:
     """The cart-pole swing-up by direct collocation (examples/collocation.py), N = 2000: 10,005
     variables, solved by IPOPT through symgrad (sg.minimize) and through CasADi's nlpsol on the same
     equations; setup (derivatives built, compiled), IPOPT's iterations and time per iteration. symgrad
-    runs on the IPOPT cyipopt links (Debian's 3.11.9) and, beside CasADi, on CasADi's own IPOPT build
-    (3.14.19, MUMPS 5.8.2, in its wheel): IPOPT's linear algebra is most of an iteration, and the two
-    builds differ there by 3-5x."""
+    runs on each IPOPT build installed (`sg.ipopt.builds()`: CasADi's wheel's, the default; cyipopt's
+    wheel's; the system's): IPOPT's linear algebra is most of an iteration, and the builds differ
+    there by 4-5x."""
     sys.path.insert(0, str(Path(__file__).parent.parent / "examples"))
     import collocation as cp
     from scipy.optimize import NonlinearConstraint
 
     from symgrad.compile.function import _compiler
-    from symgrad.solvers.ipopt import library
+    from symgrad.solvers import ipopt
 
-    try:
-        library()
-    except ImportError:
+    builds = ipopt.builds()
+    if not builds:
         return
     name = f"cart-pole swing-up, collocation N={cp.N} ({5 * (cp.N + 1)} variables), IPOPT"
     rolled_ready("rosenbrock", 10, "vm")  # (compiled once per machine, as CasADi is installed: the loop VM, and
@@ -437,23 +436,30 @@ def collocation() -> None:
     for method in ("objective", "gradient", "constraints", "jacobian", "hessian"):
         setattr(problem, method, _timed(getattr(problem, method), spent))
 
-    def solve(path=None):
+    def solve(path):
         spent[0], start = 0.0, time.perf_counter()
         result = sg.optimize._ipopt(problem, cp.guess(), *cp.bounds(), {"tol": 1e-8}, path)
         assert result.success
         return result, (time.perf_counter() - start) / max(result.nit, 1), spent[0] / max(result.nit, 1)
 
-    first = solve()  # (on the loop VM while Numba compiles)
+    bases = _casadi_collocation(cp, name) if HAVE["casadi"] else {}
+    default = next(iter(builds))
+    first = solve(builds[default])  # (on the loop VM while Numba compiles)
     problem.ready()
-    result, per_iteration, derivatives = solve()
-    tool = (f"symgrad sg.minimize(method='ipopt'), cyipopt's IPOPT ({result.nit} iterations, effort "
-            f"{result.fun:.6f})")
-    row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
-    row(name, tool, "per IPOPT iteration, first solve", first[1], None)
-    row(name, tool, "per IPOPT iteration", per_iteration, None)
-    row(name, tool, "functions and derivatives, per iteration", derivatives, None)
-    if not HAVE["casadi"]:
-        return
+    for build, path in builds.items():
+        result, per_iteration, derivatives = solve(path)
+        assert not bases or abs(bases["optimum"] - result.fun) < 1e-6 * abs(result.fun)
+        tool = (f"symgrad sg.minimize(method='ipopt'), {build}'s IPOPT {ipopt.version(path) or '< 3.14'}"
+                f"{' (default)' if build == default else ''} ({result.nit} iterations, effort {result.fun:.6f})")
+        if build == default:
+            row(name, tool, "setup (traced, patterns, first derivatives)", setup, bases.get("setup"), "s")
+            row(name, tool, "per IPOPT iteration, first solve", first[1], bases.get("iteration"))
+        row(name, tool, "per IPOPT iteration", per_iteration, bases.get("iteration"))
+        row(name, tool, "functions and derivatives, per iteration", derivatives, bases.get("derivatives"))
+
+
+def _casadi_collocation(cp, name) -> dict:
+    """CasADi's nlpsol on the collocation: its rows, and their times as the bases of symgrad's."""
     start = time.perf_counter()
     z = ca.SX.sym("z", 5 * (cp.N + 1))
     nlp = {"x": z, "f": _casadi_effort(cp, z), "g": cp.defects(z, ca, lambda parts: ca.vertcat(*parts))}
@@ -463,19 +469,15 @@ def collocation() -> None:
     start = time.perf_counter()
     out = solver(x0=cp.guess(), lbx=cp.bounds()[0], ubx=cp.bounds()[1], lbg=0.0, ubg=0.0)
     took, stats = time.perf_counter() - start, solver.stats()
-    casadis = min(map(str, Path(ca.__file__).parent.glob("libipopt.so*")), default=None)
-    if casadis is not None:
-        result, per_iteration, derivatives = solve(casadis)
-        tool = (f"symgrad sg.minimize(method='ipopt', library=CasADi's IPOPT) ({result.nit} iterations, effort "
-                f"{result.fun:.6f})")
-        row(name, tool, "per IPOPT iteration", per_iteration, None)
-        row(name, tool, "functions and derivatives, per iteration", derivatives, None)
-    assert stats["success"] and abs(float(out["f"]) - result.fun) < 1e-6 * abs(result.fun)
+    assert stats["success"]
+    iterations = max(stats["iter_count"], 1)
+    bases = {"setup": setup, "iteration": took / iterations, "optimum": float(out["f"]), "derivatives": sum(
+        stats.get(f"t_wall_nlp_{k}", 0.0) for k in ("f", "g", "grad_f", "jac_g", "hess_l")) / iterations}
     tool = f"CasADi SX nlpsol('ipopt') ({stats['iter_count']} iterations, effort {float(out['f']):.6f})"
-    row(name, tool, "setup (traced, patterns, first derivatives)", setup, None, "s")
-    row(name, tool, "per IPOPT iteration", took / max(stats["iter_count"], 1), None)
-    derivatives = sum(stats.get(f"t_wall_nlp_{k}", 0.0) for k in ("f", "g", "grad_f", "jac_g", "hess_l"))
-    row(name, tool, "functions and derivatives, per iteration", derivatives / max(stats["iter_count"], 1), None)
+    row(name, tool, "setup (traced, patterns, first derivatives)", setup, setup, "s")
+    row(name, tool, "per IPOPT iteration", bases["iteration"], bases["iteration"])
+    row(name, tool, "functions and derivatives, per iteration", bases["derivatives"], bases["derivatives"])
+    return bases
 
 
 def _timed(method, spent):

@@ -82,12 +82,13 @@ def test_ipopt_through_ctypes_takes_the_steps_cyipopt_takes():
     """symgrad's binding of IPOPT's C interface and cyipopt's, on the same problem object and library:
     the same iterates, bit for bit (the callbacks and the values they write are the same), and HS071's
     published optimum."""
-    cyipopt = pytest.importorskip("cyipopt")
+    import cyipopt  # (cyipopt's wheels: the test extra)
     problem, x0, lb, ub = _hs071()
-    ours = ipopt.solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes", "tol": 1e-10})
+    options = {"print_level": 0, "sb": "yes", "tol": 1e-10}
+    ours = ipopt.solve(problem, x0, lb, ub, options, ipopt.builds()["cyipopt"])
     theirs_problem = cyipopt.Problem(n=4, m=2, problem_obj=problem, lb=lb, ub=ub, cl=problem.lower,
                                      cu=problem.upper)
-    for name, value in {"print_level": 0, "sb": "yes", "tol": 1e-10}.items():
+    for name, value in options.items():
         theirs_problem.add_option(name, value)
     x, info = theirs_problem.solve(x0)
     assert ours["status"] == info["status"] == 0
@@ -97,6 +98,26 @@ def test_ipopt_through_ctypes_takes_the_steps_cyipopt_takes():
     np.testing.assert_allclose(ours["x"], [1.0, 4.74299963, 3.82114998, 1.37940829], rtol=1e-7)
     np.testing.assert_allclose(ours["obj_val"], 17.0140173, rtol=1e-8)
 
+
+@pytest.mark.parametrize("build", sorted(ipopt.builds()))
+def test_every_ipopt_build_found_reaches_hs071s_optimum(build):
+    """Each IPOPT library installed (CasADi's wheel's, cyipopt's, the system's) through the binding."""
+    problem, x0, lb, ub = _hs071()
+    info = ipopt.solve(problem, x0, lb, ub, {"print_level": 0, "sb": "yes", "tol": 1e-10}, ipopt.builds()[build])
+    assert info["status"] == 0, info["status_msg"]
+    np.testing.assert_allclose(info["x"], [1.0, 4.74299963, 3.82114998, 1.37940829], rtol=1e-7)
+
+
+def test_the_default_ipopt_is_casadis_wheel_unless_named(monkeypatch):
+    """The ipopt extra's library (CasADi's wheel) comes first; $SYMGRAD_IPOPT_LIBRARY or library=
+    choose another; a missing one is an error naming the path."""
+    builds = ipopt.builds()
+    assert next(iter(builds)) == "casadi" and ipopt.version().startswith("3.14")
+    assert ipopt.library()._name == builds["casadi"]
+    monkeypatch.setenv("SYMGRAD_IPOPT_LIBRARY", builds["cyipopt"])
+    assert ipopt.library()._name == builds["cyipopt"]
+    with pytest.raises(OSError, match="nowhere"):
+        ipopt.library("/nowhere/libipopt.so")
 
 def test_ipopt_stops_at_an_exception_in_a_callback_and_raises_it():
     problem, x0, lb, ub = _hs071()

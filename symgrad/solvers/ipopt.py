@@ -1,19 +1,25 @@
 """IPOPT's C interface (``IpStdCInterface.h``) through ctypes: the solver behind
 ``sg.minimize(..., method="ipopt")``.
 
-cyipopt (the ``ipopt`` extra) installs and links the library; its callbacks copy each Jacobian and
-Hessian value into IPOPT's arrays one Python index at a time (44,008 Jacobian values: 1.8 ms per
-iteration, more than symgrad takes to compute them), so the callbacks here write them with one
-NumPy copy into the arrays IPOPT passes. Any IPOPT build works: the library cyipopt links,
-``ctypes.util.find_library("ipopt")``, or a path given.
+The library comes from a wheel: the ``ipopt`` extra installs CasADi, whose wheel carries IPOPT 3.14
+with MUMPS 5.8, METIS and OpenBLAS (the fastest build a package registry offers: 4-5x faster an
+iteration than cyipopt's wheels or Debian's package, whose linear algebra is most of an iteration).
+Any IPOPT build works (:func:`builds` lists those found). The callbacks write each Jacobian and
+Hessian with one NumPy copy into the arrays IPOPT passes (cyipopt's copy one Python index at a time:
+1.8 ms an iteration for 44,008 values, more than symgrad takes to compute them).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.machinery
+import importlib.util
+import os
+import sys
 import threading
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,25 +51,24 @@ MESSAGES = {
 }
 
 
-@cache
 def library(path: str | None = None) -> ctypes.CDLL:
-    """IPOPT's shared library: ``path``, else the one cyipopt's extension links (its symbols found
-    through the extension), else the system's.
+    """IPOPT's shared library: ``path``, else ``$SYMGRAD_IPOPT_LIBRARY``, else the first of
+    :func:`builds` (CasADi's wheel's, cyipopt's, the system's).
 
     >>> lib = library()
     >>> bool(lib.IpoptSolve)
     True
     """
+    path = path or os.environ.get("SYMGRAD_IPOPT_LIBRARY") or next(iter(builds().values()), None)
     if path is None:
-        try:
-            import cyipopt.ipopt_wrapper as wrapper
-            path = wrapper.__file__
-        except ImportError:
-            path = ctypes.util.find_library("ipopt")
-        if path is None:
-            raise ImportError("sg.minimize(method='ipopt') needs IPOPT's library: pip install 'symgrad[ipopt]' "
-                              "(cyipopt builds against it: Debian's coinor-libipopt-dev), or pass "
-                              "library='/path/libipopt.so'")
+        raise ImportError("sg.minimize(method='ipopt') needs IPOPT's library: pip install 'symgrad[ipopt]' "
+                          "(CasADi's wheel carries it), or pass library='/path/libipopt.so' "
+                          "(or set SYMGRAD_IPOPT_LIBRARY)")
+    return _loaded(path)
+
+
+@cache
+def _loaded(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     lib.CreateIpoptProblem.restype = ctypes.c_void_p
     lib.CreateIpoptProblem.argtypes = [_I, _P, _P, _I, _P, _P, _I, _I, _I, _F, _G, _GRAD, _JAC, _H]
@@ -75,6 +80,56 @@ def library(path: str | None = None) -> ctypes.CDLL:
     lib.IpoptSolve.argtypes = [ctypes.c_void_p, _P, _P, _P, _P, _P, _P, ctypes.c_void_p]
     lib.IpoptSolve.restype = _I
     return lib
+
+
+def builds() -> dict[str, str]:
+    """The IPOPT libraries installed, fastest first: where each came from and its path. CasADi's
+    wheel (the ``ipopt`` extra), cyipopt's (its extension's dependencies are the library), the one
+    ``ctypes.util.find_library`` finds (Debian's ``coinor-libipopt-dev``, conda's ``ipopt``).
+
+    >>> "casadi" in builds()
+    True
+    """
+    found = {"casadi": _casadis(), "cyipopt": _cyipopts(), "system": ctypes.util.find_library("ipopt")}
+    return {name: path for name, path in found.items() if path}
+
+
+def version(path: str | None = None) -> str | None:
+    """The version of the IPOPT :func:`library` loads (``path``: another build's); None before
+    IPOPT 3.14, which has no ``GetIpoptVersion``.
+
+    >>> version().startswith("3.")
+    True
+    """
+    lib = library(path)
+    if not hasattr(lib, "GetIpoptVersion"):
+        return None
+    parts = [_I() for _ in range(3)]
+    lib.GetIpoptVersion(*map(ctypes.byref, parts))
+    return ".".join(str(p.value) for p in parts)
+
+def _casadis() -> str | None:
+    spec = importlib.util.find_spec("casadi")  # (not imported: only its folder is wanted)
+    folders = spec.submodule_search_locations if spec is not None else None
+    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
+    names = [str(p) for folder in folders or () for p in Path(folder).glob("libipopt*")
+             if suffix in p.name and "sipopt" not in p.name]
+    return min(names, default=None)
+
+
+def _cyipopts() -> str | None:
+    """cyipopt's extension module, whose symbols resolve through the IPOPT it links: cyipopt's
+    wheels put it at the top level (``ipopt_wrapper``) beside a bundled libipopt that needs its
+    sibling libraries (loading the extension finds them), a source build inside ``cyipopt``."""
+    for name in ("ipopt_wrapper", "cyipopt.ipopt_wrapper"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError:
+            continue
+        origin = spec.origin if spec is not None else None
+        if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+            return origin
+    return None
 
 
 def solve(problem: Any, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options: dict,
