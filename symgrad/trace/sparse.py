@@ -37,6 +37,7 @@ from symgrad.trace.errors import traced
 from symgrad.trace.record import Trace
 from symgrad.trace.signature import tangent_of
 from symgrad.util import pytree
+from symgrad.util.progress import phase
 
 DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
 # A pattern with this share of its entries nonzero is computed dense. Measured (a k x k block in n = 2000,
@@ -81,7 +82,8 @@ class RolledSparse:
         if self.direct is not None:  # (its pattern: where its formulas are read)
             self.pattern = self.direct.pattern
             return
-        pattern = rolled_pattern(roots, inputs)
+        with phase("sparse pattern"):
+            pattern = rolled_pattern(roots, inputs)
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if self.hessian else pattern.tocsr()
         self.pattern.sort_indices()
@@ -97,8 +99,9 @@ class RolledSparse:
         dense = np.zeros(counts.size, dtype=bool) if self.hessian or self.out_shape == [()] else \
             counts > max(DENSE_ROW, 16 * np.median(counts, overwrite_input=False) if counts.size else 0)
         self.dense_rows = np.flatnonzero(dense)
-        self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
-                                     if dense.any() else self.pattern)
+        with phase(f"colouring {self.pattern.nnz:,} nonzeros"):
+            self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
+                                         if dense.any() else self.pattern)
         self.colours = int(self.colour.max(initial=-1)) + 1
         self.seeds = np.stack([(self.colour == k).astype(float) for k in range(self.colours)]) \
             if self.colours else np.zeros((0, self.colour.size))
