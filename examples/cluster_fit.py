@@ -26,6 +26,7 @@ import dask.array as da
 import numpy as np
 from distributed import Client, LocalCluster
 from scipy.optimize import minimize
+from symgrad.progress import phase  # (a status line on a terminal while the workers write the data)
 
 import symgrad as sg
 
@@ -69,7 +70,8 @@ def main() -> None:
         client = Client(cluster)
     try:
         start = time.perf_counter()
-        X, y = make_data(path, n, chunk, w_true)
+        with phase(f"making the data: {n:,} rows written to zarr by the workers"):
+            X, y = make_data(path, n, chunk, w_true)
         stored = (X.nbytes + y.nbytes) / 2**30
         workers = client.scheduler_info()["workers"].values()
         budget = sum(w["memory_limit"] for w in workers) / 2**30

@@ -34,11 +34,13 @@ import numpy as np
 
 from symgrad.util import pytree
 from symgrad.util.chunks import is_chunked
+from symgrad.util.progress import phase
 
 _KEEP = 16  # functions a process keeps loaded (an optimizer's loss, its gradient, a model ...)
 _loaded: OrderedDict = OrderedDict()  # digest -> the function, in this process
 _warm: set = set()  # (digest, what, chunk shapes) that ran here once: traced, compiled
 _lock = threading.Lock()
+_passes = [0]  # sums computed over Dask arrays in this process (an optimizer's epochs)
 
 
 class Shipped:
@@ -278,6 +280,21 @@ def lazy_sum(f: Any, /, *args: Any, **kwargs: Any) -> Any:
         return add(a, b, dask_key_name=(f"symgrad-add-{token}", level[0]))
 
     return tree_sum(parts, pair)
+
+
+def sum_now(f: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """``lazy_sum``, computed: one pass over the data (an epoch), shown as progress while it runs.
+
+    >>> import dask, dask.array as da, numpy as np, symgrad as sg
+    >>> vg = sg.value_and_grad(lambda w, t: (w[0] * t) ** 2)
+    >>> with dask.config.set(scheduler="sync"):
+    ...     sum_now(vg, np.array([1.0]), da.arange(4.0, chunks=2))
+    (14.0, array([28.]))
+    """
+    total = lazy_sum(f, *args, **kwargs)
+    _passes[0] += 1
+    with phase(f"Dask: pass {_passes[0]} over the data"):
+        return total.compute()
 
 
 def lazy_map(f: Any, /, *args: Any, **kwargs: Any) -> Any:

@@ -428,7 +428,70 @@ def test_explain_says_how_a_rolled_sparse_matrix_is_computed():
     h(np.linspace(-1.0, 1.0, 5000))
     assert h.explain().splitlines()[-1] == \
         "  rolled sparse Hessian (5000, 5000), 14998 nonzeros: 3 band formulas at every row, one kernel"
-    j = sg.jacobian(lambda x: np.cumsum(x) * x, sparse=True, backend="vm")  # (a running sum: no bands)
+    j = sg.jacobian(lambda x: np.cumsum(x.reshape(30, 10), axis=1).ravel() * x, sparse=True,
+                    backend="vm")  # (running sums: no bands; in blocks of 10, not dense)
     j(np.linspace(-1.0, 1.0, 300))
     line = j.explain().splitlines()[-1]
-    assert line.startswith("  rolled sparse Jacobian (300, 300), 45150 nonzeros: ") and "colour products" in line
+    assert line.startswith("  rolled sparse Jacobian (300, 300), 1650 nonzeros: ") and "colour products" in line
+
+
+def _block(k):
+    """A k x k dense block (the first k variables' sum, squared) on a diagonal."""
+    return lambda v: np.sum(v[:k]) ** 2 + np.sum(np.sin(v) * v)
+
+
+@pytest.mark.parametrize("n, k", [(200, 200), (200, 150)])
+def test_a_dense_hessian_pattern_is_computed_dense_and_returned_in_csr(n, k):
+    """sparse=True where the pattern is dense (np.sum(v) ** 2: 82 s at n = 3000 colouring it, 0.3 s dense) or
+    nearly (a 150 x 150 block of 200 x 200): the dense Hessian, its entries returned in the pattern's CSR
+    (structural zeros outside it not stored), said by explain(). Entries the dense Hessian's and central
+    differences' of the gradient."""
+    from symgrad.trace.sparse import DENSE_FRACTION
+
+    x = np.cos(np.arange(n, dtype=float))
+    h = sg.hessian(_block(k), sparse=True, backend="vm")
+    H = h(x)
+    nnz = k * k + n - k
+    assert nnz >= DENSE_FRACTION * n * n
+    assert isinstance(H, scipy.sparse.csr_matrix) and H.shape == (n, n) and H.nnz == nnz and H.has_sorted_indices
+    assert h.explain().splitlines()[-1] == \
+        f"  pattern dense ({nnz:,} of {n * n:,} entries): computed as a dense Hessian, returned in CSR"
+    np.testing.assert_allclose(H.toarray(), sg.hessian(_block(k), backend="vm")(x), rtol=1e-12, atol=1e-12)
+    g = sg.grad(_block(k), backend="vm")
+    for j in (0, k - 1, n - 1):
+        e = np.zeros(n)
+        e[j] = 1e-6
+        np.testing.assert_allclose(H[:, j].toarray().ravel(), (g(x + e) - g(x - e)) / 2e-6, rtol=1e-5, atol=1e-5)
+    assert h(x + 1.0).nnz == nnz  # (the pattern kept: entries that are zero at a point stay stored)
+
+
+def test_a_dense_jacobian_pattern_is_computed_dense_and_returned_in_csr():
+    """The same for sg.jacobian(..., sparse=True): every output reads the sum of all the inputs."""
+    fn = lambda v: v * np.sum(v) + np.exp(v)  # noqa: E731
+    x = np.linspace(-1.0, 1.0, 150)
+    j = sg.jacobian(fn, sparse=True, backend="vm")
+    J = j(x)
+    assert isinstance(J, scipy.sparse.csr_matrix) and J.shape == (150, 150) and J.nnz == 150 * 150
+    assert "pattern dense (22,500 of 22,500 entries): computed as a dense Jacobian" in j.explain()
+    np.testing.assert_allclose(J.toarray(), sg.jacobian(fn, backend="vm")(x), rtol=1e-13, atol=1e-13)
+    e = np.zeros(150)
+    e[7] = 1e-6
+    np.testing.assert_allclose(J[:, 7].toarray().ravel(), (fn(x + e) - fn(x - e)) / 2e-6, rtol=1e-6, atol=1e-6)
+
+
+def _trapezoids(z):
+    p, v, u = z.reshape(3, -1)  # (the double integrator's collocation defects above, at dt = 0.01)
+    return np.concatenate([p[1:] - p[:-1] - 0.005 * (v[1:] + v[:-1]), v[1:] - v[:-1] - 0.005 * (u[1:] + u[:-1])])
+
+
+@pytest.mark.parametrize("make, n, args", [(lambda: sg.hessian(rosen, sparse=True), 10**5, ()),
+                                           (lambda: sg.hessian(_block(80), sparse=True, backend="vm"), 200, ()),
+                                           (lambda: sg.jacobian(_trapezoids, sparse=True), 1500, ())])
+def test_sparse_patterns_stay_sparse(make, n, args):
+    """Rosenbrock's tridiagonal Hessian (at 10^5), a block under DENSE_FRACTION of the entries and a
+    banded collocation Jacobian are not computed dense (no n x n array)."""
+    f = make()
+    M = f(np.linspace(-1.0, 1.0, n), *args)
+    (sparse,) = f._sparse_rolled.values()
+    assert isinstance(M, scipy.sparse.csr_matrix) and sparse.dense is None
+    assert "pattern dense" not in f.explain()

@@ -43,6 +43,8 @@ from numba.core.caching import (
 )
 from numba.core.registry import CPUDispatcher
 
+from symgrad.util.progress import phase
+
 # LLVM 21 and later (llvmlite 0.50 has 22) can abort the whole process on an assertion in LoopPeel
 # ("when peeling the last iteration ... can only peel a single iteration") for a loop whose last
 # iterations each settle a compare, which guarded reads make (a gradient gathered from slices of a
@@ -390,7 +392,7 @@ def typed(module: ModuleType, name: str, signature: tuple) -> Any:
     dispatcher = getattr(module, name)
     with _COMPILING.get(module.__name__, _LOCK):
         if not getattr(dispatcher, "_symgrad_frozen", False):
-            with _registered(module):
+            with _registered(module), phase(f"Numba compiling {name}"):
                 dispatcher.compile(signature)
             dispatcher.disable_compile()
             dispatcher._symgrad_frozen = True

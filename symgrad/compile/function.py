@@ -34,6 +34,7 @@ from symgrad.expr.serialize import dumps, loads
 from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list
 from symgrad.util.chunks import is_chunked, run
+from symgrad.util.progress import phase
 
 BACKENDS = ("auto", *REGISTRY["program"])
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
@@ -229,7 +230,7 @@ class Compiled:
         (10.0, array([14.]))
         """
         if is_chunked(P):  # rows in a Dask array's chunks: one task each, on Dask's workers
-            return run("lazy_sum", self, x, P).compute()
+            return run("sum_now", self, x, P)
         x = self._vector(x, "x")
         P = self._matrix(P, "P", len(self.program.params))
         kernel = self._kernels("total")
@@ -372,8 +373,17 @@ def _compiles_done() -> None:
         _compiler().submit(lambda: None).result()
 
 
+def _at_exit() -> None:
+    """Drop the queued background compiles and wait for the one under way, shown as progress: the
+    interpreter would wait for it anyway (a big kernel's compile: minutes after a script's last line)."""
+    drop_background_compiles()
+    if _compiler.cache_info().currsize:
+        with phase("exiting: a background Numba compile finishing (cached for the next run)"):
+            _compiles_done()
+
+
 # (threading's exit hooks run newest first: this one before concurrent.futures' joins its workers)
-getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
+getattr(threading, "_register_atexit", lambda fn: None)(_at_exit)
 # A forked child inherits the pools without their threads: it would wait on them forever.
 os.register_at_fork(before=_compiles_done, after_in_child=lambda: (_thread_pool.cache_clear(),
                                                                    _compiler.cache_clear()))
@@ -423,6 +433,12 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
           returns_value: bool, pattern: tuple | None = None) -> Compiled:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    with phase("compiling"):
+        return _made(roots, inputs, params, backend, shape, returns_value, pattern)
+
+
+def _made(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,
+          returns_value: bool, pattern: tuple | None) -> Compiled:
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto" and isinstance(program, LoopProgram):
         # (a long program compiles for minutes: the VM's own first compile, seconds, is worth it then)

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.util.progress import phase
+
 _D, _I, _P = ctypes.c_double, ctypes.c_int, ctypes.POINTER(ctypes.c_double)
 _IP = ctypes.POINTER(ctypes.c_int)
 _B = ctypes.c_uint8  # IPOPT's Bool is int before 3.14 and C's bool since: the low byte reads both
@@ -188,8 +190,9 @@ def solve(problem: Any, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options:
         structure(rows, cols, values, h_rows, h_cols,
                   lambda: problem.hessian(x_of(x), vector(lam, m).copy(), sigma))
 
-    def step(alg_mod, iteration, *rest):
-        return problem.intermediate(alg_mod, iteration, *rest[:-1])
+    def step(alg_mod, iteration, objective, infeasibility, *rest):
+        note(f"iteration {iteration}, objective {objective:.6e}, infeasibility {infeasibility:.1e}")
+        return problem.intermediate(alg_mod, iteration, objective, infeasibility, *rest[:-1])
 
     callbacks = (_F(guarded(f)), _G(guarded(g)), _GRAD(guarded(grad)), _JAC(guarded(jac)), _H(guarded(hess)))
     bounds = [np.ascontiguousarray(a, dtype=float) for a in (lb, ub, problem.lower, problem.upper)]
@@ -206,7 +209,7 @@ def solve(problem: Any, x0: np.ndarray, lb: np.ndarray, ub: np.ndarray, options:
         x, out = np.array(x0, dtype=float), {k: np.zeros(size) for k, size in
                                              (("g", m), ("mult_g", m), ("mult_x_L", n), ("mult_x_U", n))}
         objective = _D(0.0)
-        with _SOLVING:
+        with _SOLVING, phase("IPOPT") as note:
             status = lib.IpoptSolve(handle, x.ctypes.data_as(_P), out["g"].ctypes.data_as(_P),
                                     ctypes.byref(objective),
                                     *(out[k].ctypes.data_as(_P) for k in ("mult_g", "mult_x_L", "mult_x_U")), None)

@@ -11,6 +11,7 @@ import numpy as np
 
 from symgrad.expr.node import TracingError
 from symgrad.util import pytree
+from symgrad.util.progress import phase
 
 
 def traced(make: Callable[[], Trace]) -> Trace:
@@ -18,7 +19,8 @@ def traced(make: Callable[[], Trace]) -> Trace:
     to floats: ``np.asarray(x, dtype=float)``) raised as itself; an error inside SciPy's code as a
     TracingError naming the function and its traced namesake (``_foreign``)."""
     try:
-        return make()
+        with phase("tracing"):
+            return make()
     except Exception as e:
         cause = e.__cause__ or e.__context__
         if isinstance(e, ValueError) and isinstance(cause, TracingError):

@@ -385,7 +385,7 @@ class Function:
                              f"number of rows, got shapes {[np.shape(pick(k)) for k in data]}"
                              + (" (unknown row counts: call .compute_chunk_sizes() on them)" if unknown else ""))
         if chunks.holds_chunks(args, kwargs):  # rows in chunks: one task each, on Dask's workers
-            return chunks.run("lazy_sum", self, *args, **kwargs).compute()
+            return chunks.run("sum_now", self, *args, **kwargs)
         if not self.has_aux:
             try:
                 return self._summed(len(args), argnums)(*args, **kwargs)

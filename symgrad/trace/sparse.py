@@ -10,7 +10,10 @@ one kernel evaluates each band's formula at every row); one compiled product per
 colour's columns, gives every entry of those columns at once, read back into CSR order. The
 chained Rosenbrock function at a million variables: three products. A Jacobian's dense rows (a
 constraint on the sum of all variables) would give every column its own colour: each is one
-reverse sweep (a vector-Jacobian product) instead, the other rows coloured without them.
+reverse sweep (a vector-Jacobian product) instead, the other rows coloured without them. A pattern
+with ``DENSE_FRACTION`` of its entries or more (``np.sum(v) ** 2``'s) is computed as the dense matrix
+(``_Dense``) and returned in CSR with that pattern: colouring it costs a sum over rows of their
+nonzeros squared (n**3 when dense: 80 s at n = 3000) and each colour is a product, for no saving.
 """
 
 from __future__ import annotations
@@ -34,8 +37,14 @@ from symgrad.trace.errors import traced
 from symgrad.trace.record import Trace
 from symgrad.trace.signature import tangent_of
 from symgrad.util import pytree
+from symgrad.util.progress import phase
 
 DENSE_ROW = 64  # a Jacobian row with more nonzeros (and 16x the median) is a reverse sweep of its own
+# A pattern with this share of its entries nonzero is computed dense. Measured (a k x k block in n = 2000,
+# warm caches): at 9 % nonzero the colour products' first call took 3.3 s, the dense one 1.2 s, later
+# calls even (0.07 s); at 25 %, 5.7 s against 1.1 s and 1.5 s against 0.12 s a call. At 25 % the dense
+# array (8 bytes an entry) is under 3x the CSR result's own memory (12 bytes a nonzero).
+DENSE_FRACTION = 0.25
 
 
 class RolledSparse:
@@ -69,14 +78,18 @@ class RolledSparse:
         self.backend, self.out_shape = owner.backend, [shape for _, shape in trace.outputs]
         self.direct = _Direct.made(trace, *self.formula, self.hessian, owner.backend) \
             if len(roots) == 1 and vector else None
+        self.dense = None
         if self.direct is not None:  # (its pattern: where its formulas are read)
             self.pattern = self.direct.pattern
             return
-        pattern = rolled_pattern(roots, inputs)
+        with phase("sparse pattern"):
+            pattern = rolled_pattern(roots, inputs)
         pattern = _columns_of(pattern, inputs, wrt, np.size(args[self.argnum]))
         self.pattern = (pattern + pattern.T).tocsr() if self.hessian else pattern.tocsr()
         self.pattern.sort_indices()
-        self._coloured(roots, inputs[wrt])
+        self.dense = _Dense.made(owner, self.pattern, len(self.out_shape))
+        if self.dense is None:
+            self._coloured(roots, inputs[wrt])
 
     def _coloured(self, roots: list[Expr], x: Expr) -> None:
         """The colours, and the kernels of the products that give the entries where their formulas are not
@@ -86,8 +99,9 @@ class RolledSparse:
         dense = np.zeros(counts.size, dtype=bool) if self.hessian or self.out_shape == [()] else \
             counts > max(DENSE_ROW, 16 * np.median(counts, overwrite_input=False) if counts.size else 0)
         self.dense_rows = np.flatnonzero(dense)
-        self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
-                                     if dense.any() else self.pattern)
+        with phase(f"colouring {self.pattern.nnz:,} nonzeros"):
+            self.colour = colour_columns(scipy.sparse.diags((~dense).astype(float)) @ self.pattern
+                                         if dense.any() else self.pattern)
         self.colours = int(self.colour.max(initial=-1)) + 1
         self.seeds = np.stack([(self.colour == k).astype(float) for k in range(self.colours)]) \
             if self.colours else np.zeros((0, self.colour.size))
@@ -106,6 +120,8 @@ class RolledSparse:
 
     def ready(self) -> RolledSparse:
         """Wait until the kernels computing the entries run compiled by Numba (they start on the loop VM)."""
+        if self.dense is not None:
+            return self
         kernel = self.direct.compiled if self.direct is not None else self.product
         if kernel is not None:
             kernel.ready()
@@ -121,6 +137,10 @@ class RolledSparse:
         rolled sparse Hessian (4000, 4000), 11997 nonzeros: 3 band formulas at every row, one kernel
         """
         kind = "Hessian" if self.hessian else "Jacobian"
+        if self.dense is not None:
+            rows, columns = self.pattern.shape
+            return (f"pattern dense ({self.pattern.nnz:,} of {rows * columns:,} entries): computed as a dense "
+                    f"{kind}, returned in CSR")
         if self.direct is not None:
             count = len(self.direct.compiled.program.roots) if self.direct.compiled is not None else 0
             how = f"{count} band formulas at every row, one kernel"
@@ -144,7 +164,8 @@ class RolledSparse:
         return kernel.batch(np.broadcast_to(x, (n, x.size)), np.hstack([np.broadcast_to(p, (n, p.size)), vectors]))
 
     def __call__(self, args: tuple, kwargs: dict) -> scipy.sparse.csr_matrix:
-        data = self.direct(args, kwargs) if self.direct is not None else self._coloured_data(args, kwargs)
+        data = self.dense(args, kwargs) if self.dense is not None else \
+            self.direct(args, kwargs) if self.direct is not None else self._coloured_data(args, kwargs)
         # (the structure copied: a caller's eliminate_zeros() on one result must not change the next)
         return scipy.sparse.csr_matrix((data, self.pattern.indices.copy(), self.pattern.indptr.copy()),
                                        shape=self.pattern.shape)
@@ -160,6 +181,33 @@ class RolledSparse:
                 lo, hi = self.pattern.indptr[r], self.pattern.indptr[r + 1]
                 data[lo:hi] = row[self.pattern.indices[lo:hi]]
         return data
+
+
+class _Dense:
+    """The entries of a dense pattern read from the dense matrix (``sg.jacobian`` / ``sg.hessian`` of the
+    same function without ``sparse=True``), in the pattern's CSR order."""
+
+    def __init__(self, owner: Any, pattern: scipy.sparse.csr_matrix) -> None:
+        self.function = type(owner)(owner.fn, owner.transform, argnums=owner.argnums_spec,
+                                    static_argnums=tuple(owner.static_argnums),
+                                    static_argnames=tuple(owner.static_argnames), backend=owner.backend)
+        self.shape = pattern.shape
+        full = pattern.nnz == self.shape[0] * self.shape[1]  # (then CSR order is C order: no gather)
+        self.at = None if full else np.repeat(np.arange(self.shape[0]), np.diff(pattern.indptr)) * self.shape[1] \
+            + pattern.indices
+
+    @classmethod
+    def made(cls, owner: Any, pattern: scipy.sparse.csr_matrix, outputs: int) -> _Dense | None:
+        """The dense evaluation where ``DENSE_FRACTION`` of the entries or more are nonzero, else None."""
+        rows, columns = pattern.shape
+        if outputs != 1 or pattern.nnz < DENSE_FRACTION * rows * columns:
+            return None
+        return cls(owner, pattern)
+
+    def __call__(self, args: tuple, kwargs: dict) -> np.ndarray:
+        leaves = pytree.flatten(self.function(*args, **kwargs))[0]
+        matrix = np.asarray(leaves[0], dtype=float).reshape(-1)
+        return matrix if self.at is None else np.take(matrix, self.at)
 
 
 class _Direct:

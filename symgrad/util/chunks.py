@@ -25,7 +25,8 @@ def install(module: str) -> None:
 
 
 def run(what: str, f: Any, *args: Any, **kwargs: Any) -> Any:
-    """``what`` ("lazy_map" or "lazy_sum") of the installed module, on ``f`` and its chunked arguments."""
+    """``what`` ("lazy_map", "lazy_sum" or "sum_now") of the installed module, on ``f`` and its chunked
+    arguments."""
     if _runner is None:
         raise TypeError("a Dask array was passed, but no module runs chunked data (import symgrad first)")
     return getattr(importlib.import_module(_runner), what)(f, *args, **kwargs)
