@@ -35,6 +35,7 @@ from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list
 from symgrad.util.chunks import is_chunked, run
 from symgrad.util.progress import phase
+from symgrad.util.worker import DaemonWorker
 
 BACKENDS = ("auto", *REGISTRY["program"])
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
@@ -349,9 +350,10 @@ def building() -> Iterator[None]:
 
 
 @functools.lru_cache(None)
-def _compiler() -> ThreadPoolExecutor:
-    """The one background thread of tiered compilation (Numba compiles one function at a time)."""
-    return ThreadPoolExecutor(1, thread_name_prefix="symgrad-compile")
+def _compiler() -> DaemonWorker:
+    """The one background thread of tiered compilation (Numba compiles one function at a time); a
+    daemon: a script's exit does not wait for the compile under way (minutes for a big kernel)."""
+    return DaemonWorker("symgrad-compile")
 
 
 _GENERATION = [0]  # bumped to drop the background compiles queued so far
@@ -359,8 +361,8 @@ _GENERATION = [0]  # bumped to drop the background compiles queued so far
 
 def drop_background_compiles() -> None:
     """Skip the background compiles that have not started (the one under way finishes): at the
-    interpreter's exit, whose results nobody will use (a script's last line is its end, not minutes
-    later), and at the end of each test. What they would have upgraded goes on running on the VM.
+    interpreter's exit, whose results nobody will use, and at the end of each test. What they would
+    have upgraded goes on running on the VM.
 
     >>> drop_background_compiles()
     """
@@ -373,17 +375,8 @@ def _compiles_done() -> None:
         _compiler().submit(lambda: None).result()
 
 
-def _at_exit() -> None:
-    """Drop the queued background compiles and wait for the one under way, shown as progress: the
-    interpreter would wait for it anyway (a big kernel's compile: minutes after a script's last line)."""
-    drop_background_compiles()
-    if _compiler.cache_info().currsize:
-        with phase("exiting: a background Numba compile finishing (cached for the next run)"):
-            _compiles_done()
-
-
-# (threading's exit hooks run newest first: this one before concurrent.futures' joins its workers)
-getattr(threading, "_register_atexit", lambda fn: None)(_at_exit)
+# (at exit the compile thread, a daemon, is abandoned where it is; the queued compiles must not start)
+getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
 # A forked child inherits the pools without their threads: it would wait on them forever.
 os.register_at_fork(before=_compiles_done, after_in_child=lambda: (_thread_pool.cache_clear(),
                                                                    _compiler.cache_clear()))
