@@ -2,6 +2,8 @@
 
 import itertools
 import math
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -286,3 +288,12 @@ def test_background_compiles_not_started_are_dropped():
     gate.set()
     busy.result()
     assert c._final.result() is False and c.backend == "vm" and c(np.array([3.0])) == 9.0
+
+
+def test_a_script_ends_at_its_last_line_while_a_background_compile_runs():
+    """A compile under way when a script ends (minutes for a big kernel, its result unused) is
+    abandoned, not awaited: here one that would never finish, and the script exits at once, status 0."""
+    script = ("import threading; from symgrad.compile import function; "
+              "function._compiler().submit(threading.Event().wait); print('last line')")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "last line", "")
