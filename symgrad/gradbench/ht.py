@@ -88,7 +88,8 @@ def residuals(hand: Hand, theta, us=None):
     if us is None:
         return (hand.points - vertices[hand.targets]).ravel()
     corners = vertices[hand.targets]  # (points, 3 corners, 3)
-    model = us[:, 0:1] * corners[:, 0] + us[:, 1:2] * corners[:, 1] + (1.0 - us[:, 0:1] - us[:, 1:2]) * corners[:, 2]
+    u0, u1 = us[:, 0:1], us[:, 1:2]
+    model = u0 * corners[:, 0] + u1 * corners[:, 1] + (1.0 - u0 - u1) * corners[:, 2]
     return (hand.points - model).ravel()
 
 

@@ -42,7 +42,8 @@ def lstm_objective(J, main_params, extra_params, state, sequence):
 
 
 def prepare(raw: dict) -> tuple[np.ndarray, ...]:
-    return tuple(np.asarray(raw[name], dtype=float) for name in ("main_params", "extra_params", "state", "sequence"))
+    names = ("main_params", "extra_params", "state", "sequence")
+    return tuple(np.asarray(raw[name], dtype=float) for name in names)
 
 
 def flat_gradient(parts) -> list[float]:

@@ -35,7 +35,8 @@ def build_reference(root: Path, eval_name: str) -> None:
 def relay(eval_cmd: list[str], tool_cmd: list[str], cwd: Path, env: dict, log=None) -> list[dict]:
     """Pass each eval message to the tool and each response back, until the eval ends; return one
     record per evaluation: the message, the response and the eval's analysis of it."""
-    evaluation = subprocess.Popen(eval_cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    evaluation = subprocess.Popen(eval_cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
     tool = subprocess.Popen(tool_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     records: dict[int, dict] = {}
     for line in evaluation.stdout:
@@ -67,7 +68,8 @@ def summary(record: dict) -> str:
         times.setdefault(t["name"], []).append(t["nanoseconds"] / 1e9)
     analysis = record.get("analysis", {})
     verdict = "valid" if analysis.get("valid") else f"INVALID {analysis.get('error') or response.get('error', '')}"
-    timing = " ".join(f"{name}={min(v):.4g}s" + (f"(x{len(v)})" if len(v) > 1 else "") for name, v in times.items())
+    timing = " ".join(f"{name}={min(v):.4g}s" + (f"(x{len(v)})" if len(v) > 1 else "")
+                      for name, v in times.items())
     return f"{message['function']:10} {message.get('description', ''):24} {verdict:6} {timing}"
 
 
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     build_reference(root, args.eval)
     env = dict(os.environ, PYTHONPATH=str(root / "python/gradbench"))
     eval_cmd = [sys.executable, str(root / f"python/gradbench/gradbench/evals/{args.eval}/run.py"), *eval_args]
-    tool_env_path = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))
+    here = str(Path(__file__).resolve().parents[2])  # the tool runs this symgrad, installed or not
+    tool_env_path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     tool_cmd = ["env", f"PYTHONPATH={tool_env_path}", sys.executable, "-m", "symgrad.gradbench"]
     log = args.log.open("w") if args.log else None
     records = relay(eval_cmd, tool_cmd, root, env, log)
