@@ -11,7 +11,9 @@ from symgrad.gradbench.protocol import Function
 
 
 def saddle_objective(x, y):
-    """>>> float(saddle_objective(np.ones(2), np.zeros(2)))
+    """(x1^2 + x2^2) - (y1^2 + y2^2).
+
+    >>> float(saddle_objective(np.ones(2), np.zeros(2)))
     2.0
     """
     return (x[0] ** 2 + x[1] ** 2) - (y[0] ** 2 + y[1] ** 2)
