@@ -1,6 +1,7 @@
 """GradBench evaluations (github.com/gradbench/gradbench) as JAX-style code, run under JAX and symgrad.
 
-Each problem is written once against a namespace ``J`` (``J.np``: jax.numpy or symgrad.numpy;
+The problems live in symgrad.gradbench (the GradBench tool); each is written once against a
+namespace ``J`` (``J.np``: jax.numpy or symgrad.numpy;
 ``J.lax``, ``J.grad``, ``J.jvp``, ``J.vmap``, ``J.jit`` from jax or symgrad), from the problem
 definitions in GradBench's evals (READMEs, C++ references, input generators; sizes are GradBench's).
 ``benchmarks/run.py gradbench`` times each under both and checks that they agree.
@@ -8,32 +9,22 @@ definitions in GradBench's evals (READMEs, C++ references, input generators; siz
 
 from __future__ import annotations
 
-import math
 import time
-from types import SimpleNamespace
 
 import numpy as np
 
+from symgrad.gradbench.ba import ba_reprojection, ba_residuals
+from symgrad.gradbench.gmm import gmm_objective
+from symgrad.gradbench.kmeans import kmeans_cost, kmeans_cost_matmul, kmeans_dir
+from symgrad.gradbench.llsq import llsq
+from symgrad.gradbench.lse import lse
+from symgrad.gradbench.lstm import lstm_objective
+from symgrad.gradbench.namespaces import namespace
+from symgrad.gradbench.ode import ode
+
+__all__ = ["namespace"]  # run.py reaches it as gradbench.namespace
+
 # ---- k-means: the direction gradient / Hessian diagonal (GradBench "kmeans", function "dir") ------
-
-
-def kmeans_cost(J, points, centroids):
-    """Sum over the points of the squared distance to the nearest centroid."""
-    diff = points[:, None, :] - centroids[None, :, :]  # (n, k, d)
-    return J.np.sum(J.np.min(J.np.sum(diff * diff, axis=2), axis=1))
-
-
-def kmeans_cost_matmul(J, points, centroids):
-    """The same cost with |p - c|^2 expanded as |p|^2 + |c|^2 - 2 p.c (one matrix product)."""
-    sq = J.np.sum(points * points, axis=1)[:, None] + J.np.sum(centroids * centroids, axis=1)[None, :]
-    return J.np.sum(J.np.min(sq - 2.0 * (points @ centroids.T), axis=1))
-
-
-def kmeans_dir(J, cost, points, centroids):
-    """Gradient divided by the Hessian's diagonal, the latter as H @ ones (the Hessian is diagonal)."""
-    gradient = J.grad(lambda c: cost(J, points, c))
-    g, h = J.jvp(gradient, (centroids,), (J.np.ones(centroids.shape),))
-    return g / h
 
 
 def kmeans_input(n, k, d, seed=31337):
@@ -45,55 +36,10 @@ def kmeans_input(n, k, d, seed=31337):
 # ---- llsq: linear least squares, 1/2 sum_i (sign(t_i) - sum_j x_j t_i^j)^2 -------------------------
 
 
-def llsq(J, x, n):
-    m = x.shape[0]
-
-    def squared_residual(i):
-        t = -1.0 + 2.0 * i / (n - 1)
-        powers = J.np.cumprod(J.np.concatenate([J.np.ones(1), J.np.full(m - 1, t)]))  # t^0 .. t^(m-1)
-        return (J.np.sign(t) - J.np.sum(x * powers)) ** 2
-
-    return J.np.sum(J.vmap(squared_residual)(np.arange(n))) / 2.0
-
-
 # ---- lse: log-sum-exp with the max shift ------------------------------------------------------------
 
 
-def lse(J, x):
-    top = J.np.max(x)
-    return J.np.log(J.np.sum(J.np.exp(x - top))) + top
-
-
 # ---- GMM: log posterior of a Gaussian mixture with a Wishart prior (ADBench, GradBench's fixes) -----
-
-
-def log_multigamma(a, p):
-    return p * (p - 1) / 4 * math.log(math.pi) + sum(math.lgamma(a + (1 - j) / 2) for j in range(1, p + 1))
-
-
-def logsumexp_rows(J, v):
-    top = J.np.max(v, axis=-1, keepdims=True)
-    return J.np.log(J.np.sum(J.np.exp(v - top), axis=-1)) + top[..., 0]
-
-
-def gmm_objective(J, alpha, mu, q, ltri, x, m, gamma):
-    n, d = x.shape
-    k = alpha.shape[0]
-    # Q_k: exp(q_k) on the diagonal, l_k filling the strictly lower triangle column by column.
-    cols, rows = np.triu_indices(d, 1)
-    lower = J.np.zeros((k, d, d)).at[:, rows, cols].set(ltri)
-    centred = x[:, None, :] - mu[None, :, :]  # (n, k, d)
-    qdiag = J.np.exp(q)
-    qx = qdiag[None, :, :] * centred + J.np.einsum("kij,nkj->nki", lower, centred)
-    sum_q = J.np.sum(q, axis=1)
-    beta = alpha[None, :] + sum_q[None, :] - 0.5 * J.np.sum(qx * qx, axis=2)  # (n, k)
-    likelihood = -n * d * 0.5 * math.log(2 * math.pi) + J.np.sum(logsumexp_rows(J, beta)) \
-        - n * logsumexp_rows(J, alpha)
-    dof = d + m + 1
-    frobenius = J.np.sum(qdiag * qdiag, axis=1) + J.np.sum(ltri * ltri, axis=1)
-    prior = k * (dof * d * (math.log(gamma) - 0.5 * math.log(2)) - log_multigamma(0.5 * dof, d)) \
-        - J.np.sum(0.5 * gamma * gamma * frobenius - m * sum_q)
-    return likelihood + prior
 
 
 def gmm_input(d, k, n, seed=31337):
@@ -109,53 +55,7 @@ def gmm_input(d, k, n, seed=31337):
 # ---- ODE: s steps of RK4 on y0' = x0, yi' = xi y(i-1), y(0) = 0, to t = 2 ---------------------------
 
 
-def ode(J, x, s):
-    h = 2.0 / s
-
-    def rate(y):
-        return x * J.np.concatenate([J.np.ones(1), y[:-1]])
-
-    def rk4_step(y, _):
-        k1 = rate(y)
-        k2 = rate(y + h / 2 * k1)
-        k3 = rate(y + h / 2 * k2)
-        k4 = rate(y + h * k3)
-        return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
-
-    y, _ = J.lax.scan(rk4_step, J.np.zeros(x.shape), None, length=s)
-    return y
-
-
 # ---- LSTM (ADBench): diagonal weights, l layers, c characters of b bits -----------------------------
-
-
-def lstm_objective(J, main_params, extra_params, state, sequence):
-    layers, b = main_params.shape[0] // 2, sequence.shape[1]
-    weight, bias = main_params[0::2], main_params[1::2]  # (layers, 4b) each
-    in_weight, out_weight, out_bias = extra_params[0], extra_params[1], extra_params[2]
-
-    def sigmoid(z):
-        return 1.0 / (1.0 + J.np.exp(-z))
-
-    def step(carry, pair):
-        hidden, cell = carry  # (layers, b) each
-        char, following = pair
-        inp = char * in_weight
-        hs, cs = [], []
-        for i in range(layers):
-            gates = J.np.concatenate([inp, hidden[i], inp, hidden[i]]) * weight[i] + bias[i]
-            forget, ingate = sigmoid(gates[:b]), sigmoid(gates[b:2 * b])
-            outgate, change = sigmoid(gates[2 * b:3 * b]), J.np.tanh(gates[3 * b:])
-            c = cell[i] * forget + ingate * change
-            inp = outgate * J.np.tanh(c)
-            hs.append(inp)
-            cs.append(c)
-        ypred = inp * out_weight + out_bias
-        ynorm = ypred - J.np.log(J.np.sum(J.np.exp(ypred)) + 2.0)  # ADBench's log(sum(exp) + 2)
-        return (J.np.stack(hs), J.np.stack(cs)), J.np.sum(following * ynorm)
-
-    _, scores = J.lax.scan(step, (state[0::2], state[1::2]), (sequence[:-1], sequence[1:]))
-    return -J.np.sum(scores) / ((sequence.shape[0] - 1) * b)
 
 
 def lstm_input(layers, chars, bits=14, seed=31337):
@@ -170,31 +70,6 @@ def lstm_input(layers, chars, bits=14, seed=31337):
 
 
 # ---- bundle adjustment: the sparse Jacobian (GradBench "ba", ADBench's objective) ------------------
-
-
-def ba_reprojection(J, cam, X, w, feat):
-    """One observation's weighted reprojection error: ``cam`` = rotation (Rodrigues), centre, focal
-    length, principal point, radial distortion (11 numbers); ``X`` a point; ``w`` its weight."""
-    rot, centre, focal, x0, rad = cam[0:3], cam[3:6], cam[6], cam[7:9], cam[9:11]
-    p = X - centre
-    sqtheta = J.np.sum(rot ** 2)
-    theta = J.np.sqrt(sqtheta)
-    k = rot / theta
-    cos, sin = J.np.cos(theta), J.np.sin(theta)
-    turned = p * cos + J.np.cross(k, p) * sin + k * (J.np.dot(k, p) * (1.0 - cos))
-    turned = J.np.where(sqtheta != 0.0, turned, p + J.np.cross(rot, p))
-    proj = turned[0:2] / turned[2]
-    rsq = J.np.sum(proj ** 2)
-    distorted = proj * (1.0 + rad[0] * rsq + rad[1] * rsq * rsq)
-    return w * (distorted * focal + x0 - feat)
-
-
-def ba_residuals(J, z, obs, feats, n, m):
-    """GradBench's BA objective on the flat unknowns z = (cameras, points, weights): the reprojection
-    errors (2 per observation), then the weight errors 1 - w^2."""
-    cams, X, w = z[:11 * n].reshape(n, 11), z[11 * n:11 * n + 3 * m].reshape(m, 3), z[11 * n + 3 * m:]
-    errors = J.vmap(lambda c, x, wi, f: ba_reprojection(J, c, x, wi, f))(cams[obs[:, 0]], X[obs[:, 1]], w, feats)
-    return J.np.concatenate([errors.reshape(-1), 1.0 - w ** 2])
 
 
 def ba_input(n, m, p, seed=31337):
@@ -244,21 +119,6 @@ def _ba(n, m, p):
 
     make.canon = canon
     return make
-
-
-def namespace(which: str) -> SimpleNamespace:
-    """``J`` for ``"jax"`` or ``"symgrad"``."""
-    if which == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        return SimpleNamespace(np=jnp, lax=jax.lax, grad=jax.grad, jvp=jax.jvp, vmap=jax.vmap, jit=jax.jit,
-                               value_and_grad=jax.value_and_grad, name="jax")
-    import symgrad as sg
-    import symgrad.numpy as snp
-
-    return SimpleNamespace(np=snp, lax=sg.lax, grad=sg.grad, jvp=sg.jvp, vmap=sg.vmap, jit=sg.jit,
-                           value_and_grad=sg.value_and_grad, name="symgrad")
 
 
 # ---- the cases and their timing ---------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""GradBench's protocol (CONTRIBUTING.md there): one JSON message a line in, one response a line out."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from symgrad.gradbench import EVALS
+
+
+@dataclass
+class Function:
+    """One function of an eval's module: ``prepare`` turns the message's input into arguments,
+    ``compute`` is what is timed, ``encode`` turns its result into the JSON the eval expects.
+
+    >>> f = Function(lambda raw: (float(raw),), lambda x: x * x, float)
+    >>> answer(f, 3.0)["output"]
+    9.0
+    """
+
+    prepare: Callable[[Any], tuple]
+    compute: Callable[..., Any]
+    encode: Callable[[Any], Any]
+
+
+def timing(name: str, start: int) -> dict:
+    return {"name": name, "nanoseconds": time.perf_counter_ns() - start}
+
+
+def answer(function: Function, raw: Any) -> dict:
+    """Evaluate ``function`` on a message's input: one "warmup" call (tracing and compiling for
+    these shapes happen here), then at least ``min_runs`` calls and ``min_seconds`` seconds of
+    them, each an "evaluate" timing.
+
+    >>> answer(Function(lambda raw: (raw["x"],), abs, float), {"x": -2, "min_runs": 2})["timings"][-1]["name"]
+    'evaluate'
+    """
+    start = time.perf_counter_ns()
+    args = function.prepare(raw)
+    timings = [timing("prepare", start)]
+    start = time.perf_counter_ns()
+    result = function.compute(*args)
+    timings.append(timing("warmup", start))
+    min_runs, min_seconds = (raw.get("min_runs", 1), raw.get("min_seconds", 0.0)) if isinstance(raw, dict) \
+        else (1, 0.0)
+    elapsed = runs = 0
+    while runs < min_runs or elapsed < min_seconds * 1e9:
+        start = time.perf_counter_ns()
+        result = function.compute(*args)
+        timings.append(timing("evaluate", start))
+        elapsed += timings[-1]["nanoseconds"]
+        runs += 1
+    return {"success": True, "output": function.encode(result), "timings": timings}
+
+
+def failure(error: BaseException) -> dict:
+    return {"success": False, "error": "".join(traceback.format_exception(error))}
+
+
+class Tool:
+    """The tool's state: the modules defined so far.
+
+    >>> Tool().respond({"id": 0, "kind": "start"})
+    {'id': 0, 'tool': 'symgrad'}
+    """
+
+    def __init__(self) -> None:
+        self.modules: dict[str, dict[str, Function]] = {}
+
+    def define(self, module: str) -> dict:
+        if module not in EVALS:
+            return {"success": False, "error": f"symgrad has no module {module!r}"}
+        start = time.perf_counter_ns()
+        try:
+            self.modules[module] = importlib.import_module(f"symgrad.gradbench.{module}").define()
+        except Exception as error:  # noqa: BLE001 (the eval is told, and stops)
+            return failure(error)
+        return {"success": True, "timings": [timing("define", start)]}
+
+    def evaluate(self, message: dict) -> dict:
+        try:
+            return answer(self.modules[message["module"]][message["function"]], message["input"])
+        except Exception as error:  # noqa: BLE001 (the eval is told; the session goes on)
+            return failure(error)
+
+    def respond(self, message: dict) -> dict:
+        """The response to one message."""
+        response = {"id": message["id"]}
+        kind = message["kind"]
+        if kind == "start":
+            response["tool"] = "symgrad"
+        elif kind == "define":
+            response |= self.define(message["module"])
+        elif kind == "evaluate":
+            response |= self.evaluate(message)
+        return response
+
+
+def serve(lines: IO[str], out: IO[str]) -> None:
+    """Answer each message line of ``lines`` on ``out``, flushed, until the input ends."""
+    tool = Tool()
+    for line in lines:
+        if line.strip():
+            print(json.dumps(tool.respond(json.loads(line))), file=out, flush=True)
+
+
+def main() -> None:
+    try:
+        serve(sys.stdin, sys.stdout)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
