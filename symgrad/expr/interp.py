@@ -205,18 +205,23 @@ _OBJECT_REDUCE = {name: np.frompyfunc(lambda a, b, op=ops.OPS[op]: apply(op, (a,
 OBSERVER: contextvars.ContextVar = contextvars.ContextVar("observer", default=None)
 
 
-def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bool = False) -> dict[Expr, Any]:
+def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bool = False,
+        memo: dict[Expr, Any] | None = None) -> dict[Expr, Any]:
     """Evaluate ``order`` (a topological order) given variable values by name.
 
     Returns the values of the nodes in ``keep``; others are freed after their last use,
     so a long graph over large arrays needs memory for its live values only.
     ``symbolic``: variables stand for themselves and scalar ops build expressions (unroll).
+    ``memo``: values known before (the arguments of ``order``'s first nodes), filled with every
+    value computed and nothing freed: one graph evaluated a part at a time, as it grows.
     """
     last_use: dict[Expr, int] = {}
     for i, node in enumerate(order):
         for a in node.args:
             last_use[a] = i
-    vals: dict[Expr, Any] = {}
+    if memo is not None:
+        last_use.clear()  # (kept: later parts read them)
+    vals: dict[Expr, Any] = {} if memo is None else memo
     rolled = None  # how rolled nodes evaluate: made at the first one
     numeric: set[Expr] = set()  # symbolic: the nodes of index symbols and constants, kept as numbers
     observe = None if symbolic else OBSERVER.get()
@@ -253,7 +258,7 @@ def run(order: list[Expr], values: dict[str, Any], keep: set[Expr], symbolic: bo
             if observe is not None:
                 vals[node] = observe(node, vals[node], [vals[a] for a in node.args])
             for a in node.args:
-                if last_use[a] == i and a not in keep:
+                if last_use.get(a) == i and a not in keep:
                     vals.pop(a, None)
     return {n: vals[n] for n in keep}
 
@@ -296,7 +301,7 @@ def _result(value: Any, shape: tuple, root: Expr) -> Any:
     return value.item()
 
 
-def evaluate(exprs: Any, bindings: dict, symbolic: bool = False) -> Any:
+def evaluate(exprs: Any, bindings: dict, symbolic: bool = False, memo: dict | None = None) -> Any:
     """Evaluate expressions at given variable values (the reference interpreter).
 
     ``bindings`` maps variables or their names to floats, complex numbers or arrays
@@ -312,18 +317,22 @@ def evaluate(exprs: Any, bindings: dict, symbolic: bool = False) -> Any:
 
     Rolled expressions take their arrays' values by the array or its name; an array-valued
     expression (a ``tensor``) gives an array. ``symbolic=True`` (what ``unroll`` uses) builds the
-    scalar graph instead of numbers.
+    scalar graph instead of numbers. ``memo`` (a dict, empty at first): the values of the nodes
+    evaluated by earlier calls with it, at the same ``bindings``, are not computed again (a traced
+    function's conditions, decided as its graph grows); graphs with rolled nodes are evaluated whole.
     """
     values, arrays = _bindings(bindings)
     roots = custom.plain(as_expr_list(exprs))
-    order = topo_order(roots)
+    order = topo_order(roots, memo)
+    if memo is not None and any(n.op.evaluate is not None for n in order):
+        memo, order = None, topo_order(roots)  # (a rolled node's axes are laid out over its whole graph)
     for r in roots:
         if r.free:
             raise ValueError(f"{_brief(r)} varies over the index {', '.join(sorted(map(str, r.free)))}: reduce it "
                              "(sg.sum / sg.max / sg.min) or make it an array (sg.tensor) before evaluating")
     arrays |= {n.payload[0] for n in order if n.op.name == "array"}
     shape = np.broadcast_shapes(*(np.shape(v) for k, v in values.items() if k not in arrays))
-    got = run(order, values, set(roots), symbolic)
+    got = run(order, values, set(roots), symbolic, memo)
     flat = [_result(got[r], shape, r) for r in roots]
     if isinstance(exprs, np.ndarray):
         return np.array(flat).reshape(exprs.shape + shape)

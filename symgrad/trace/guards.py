@@ -30,6 +30,7 @@ class Shadow:
 
     def __init__(self, bindings: dict) -> None:
         self.bindings = bindings
+        self.values: dict[Expr, object] = {}  # (each node's number, computed once: a loop's conditions share them)
         self.maps: list[dict] = []
         self.guards: list[tuple[Expr, bool]] = []
 
@@ -39,7 +40,7 @@ class Shadow:
         if condition.op.name == "const":
             return condition.payload != 0.0
         try:
-            value = interp.evaluate(condition, {**self.bindings, **tracing.captured()})
+            value = interp.evaluate(condition, {**self.bindings, **tracing.captured()}, memo=self.values)
         except ValueError:  # it reads what has no number here (vmap's rows, an index symbol): undecidable
             return None
         if np.ndim(value):
