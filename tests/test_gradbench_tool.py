@@ -110,11 +110,14 @@ def test_answers_pass_gradbench_checks(evals):
         check(case, response)
 
 
-@pytest.mark.parametrize("name", ["saddle", "particle"])
-def test_nested_descent_reverse_of_reverse(name):
-    """rr only: each mode pair traces its nested descent anew (particle's first answer takes minutes)."""
-    (case, response), = run_cases([c for c in CASES if c["eval"] == name and c["function"] == "rr"])
-    check(case, response)
+@pytest.mark.parametrize("name, modes", [("saddle", ("ff", "fr", "rf", "rr")), ("particle", ("ff", "rr"))])
+def test_nested_descent(name, modes):
+    """The mode pairs: forward or reverse outside, forward or reverse inside (particle's traced
+    through ~100 Euler steps for each w the descent tries: ff and rr, the two kinds at both levels)."""
+    answers = run_cases([c for c in CASES if c["eval"] == name and c["function"] in modes])
+    assert len(answers) == len(modes)
+    for case, response in answers:
+        check(case, response)
 
 
 def test_a_wrong_answer_is_caught():
