@@ -246,6 +246,7 @@ def runs() -> list[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize("name,backend,size", runs(), ids=lambda x: x)
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_autograd_case(name, backend, size):
     result = outcome(name, backend, size)
     assert result.status in ("ok", "unsupported"), f"{result.status}: {result.detail}"
