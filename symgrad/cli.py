@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         except (CliError, ParseError, ValueError, TypeError, NotImplementedError, RuntimeError) as err:
             _print_safely(f"symgrad export: {err}", sys.stderr)
             return 2
-        _print_safely("\n".join(map(str, written)), sys.stdout)
+        _output("\n".join(map(str, written)))
         return 0
     try:
         args = _parser().parse_args(_formula_last(argv))
@@ -325,12 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, RecursionError) as err:
         _print_safely(f"symgrad: the formula is too large for this machine ({type(err).__name__})", sys.stderr)
         return 2
-    try:
-        _print_safely(text, sys.stdout)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `symgrad ... | head`: the reader has what it wanted (Python's recipe)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    _output(text)
     if not args.check:
         return 0
     checked = "ok" in out["check"]["status"].values() or "FAIL" in out["check"]["status"].values()
@@ -338,6 +333,16 @@ def main(argv: list[str] | None = None) -> int:
         _print_safely("symgrad: --check: nothing could be checked at this point (every partial derivative is "
                       "non-finite or at a kink)", sys.stderr)
     return 0 if out["check"]["ok"] and checked else 1
+
+
+def _output(text: str) -> None:
+    """Print ``text`` to stdout; a reader that stops early (``symgrad ... | head -1``) ends it quietly."""
+    try:
+        _print_safely(text, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader has what it wanted (Python's recipe; the interpreter's last flush would
+        # print a traceback): no failure of ours, so the exit status stays 0 or the check's (`set -o pipefail`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _print_safely(text: str, stream: Any) -> None:

@@ -37,6 +37,10 @@ UNSUPPORTED_ERRORS = (sg.TracingError, NotImplementedError, TypeError, np.linalg
 H = 1e-5  # the finite-difference step
 RTOL = 1e-5
 
+# Every test here runs autograd's cases (outcome, cached: whichever test comes first), many through NumPy
+# functions that have no rolled form: the element trace, and its warning, are expected for them.
+pytestmark = pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
+
 
 # ------------------------------------------------------------------------------------------ pytrees
 

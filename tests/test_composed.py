@@ -82,6 +82,7 @@ def test_what_has_no_rolled_form_says_why():
         np.cross(x[:6].reshape(2, 3), x[6:12].reshape(2, 3), axis=0)
 
 
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_numpys_own_array_making_sees_the_elements_of_rolled_arrays():
     """np.array([x, x]), np.r_, np.asarray and len() in traced code: NumPy's shapes and numbers (np.array of
     two rolled arrays was an object array of two entries, so np.mean(np.sum(np.array([x, x]))) gave a

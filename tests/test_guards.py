@@ -63,6 +63,7 @@ def test_conditions_on_arrays(n):
         np.testing.assert_allclose(g(u), want, rtol=1e-13)
 
 
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_vmap_rows_each_take_their_branch():
     def branchy(v):
         if v[0] > 0:

@@ -140,6 +140,7 @@ def test_data_arguments_are_parameter_arrays_and_new_values_do_not_retrace():
     assert len(vg._traces) == 1
 
 
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_constructs_without_a_rolled_form_fall_back_to_the_element_trace():
     def fn(x):
         return np.linalg.det(x[:9].reshape(3, 3)) + np.sum(x)
@@ -360,6 +361,7 @@ def test_numpy_constants_in_traced_code_are_captured_as_parameters(monkeypatch):
     lambda x: np.prod(x[:5], initial=2.0) + np.sum(x),
     lambda x: np.mean(x, where=np.arange(80) % 3 == 0) + x.mean(where=np.arange(80) < 7),
 ])
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_options_without_a_rolled_form_are_never_ignored(fn):
     """np.reshape(order="F"), np.prod(initial=...): no rolled form, so the element trace: NumPy's numbers."""
     x0 = np.cos(np.arange(80.0))
@@ -375,6 +377,7 @@ def test_an_ellipsis_stands_for_the_axes_the_key_leaves_out(key):
     np.testing.assert_array_equal(sg.evaluate(x[key], {x: v}), v[key])
 
 
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_a_python_loop_over_short_arrays_traces_element_by_element():
     """Thousands of loop nests of 8 iterations (a recurrence stepped in Python) run faster as
     straight-line code: the trace goes element by element; a few steps stay rolled."""

@@ -165,6 +165,7 @@ def test_every_elementwise_function_is_in_the_tables():
 
 
 @pytest.mark.parametrize("n", [5, 100])  # element by element, rolled
+@pytest.mark.filterwarnings("ignore:.*array elements one by one instead:UserWarning")
 def test_logical_ufuncs_and_operators_on_conditions(n):
     """np.logical_and / or / xor / not and &, |, ^, ~ of traced conditions, as NumPy's (nan is true),
     under grad (masks in np.where) and jit (bool results); & of other traced values: TypeError."""

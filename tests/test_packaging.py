@@ -210,3 +210,15 @@ def test_a_trace_limit_read_where_it_no_longer_is_says_where_it_is():
 
     with pytest.raises(AttributeError, match="symgrad.trace.limits.ROLLED_MIN"):
         symgrad.trace.ROLLED_MIN  # noqa: B018
+
+
+def test_the_faq_shows_the_error_of_a_script_beside_an_uninstalled_clone(tmp_path):
+    """The clone's folder imported as a namespace package (symgrad cannot catch it: none of its code runs):
+    the FAQ quotes Python's error word for word. -S -E -s: no site-packages, so no installed symgrad."""
+    (tmp_path / "symgrad" / "symgrad").mkdir(parents=True)  # a clone's layout: the package one folder down
+    (tmp_path / "script.py").write_text("import symgrad\nsymgrad.grad\n")
+    out = subprocess.run([sys.executable, "-S", "-E", "-s", "script.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    error = out.stderr.strip().splitlines()[-1]
+    assert error == "AttributeError: module 'symgrad' has no attribute 'grad'"
+    assert error in (ROOT.parent / "docs" / "faq.md").read_text()

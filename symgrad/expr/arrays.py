@@ -210,10 +210,14 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
         del kwargs["dtype"]  # the values stay expressions; they are floats once evaluated
     if method == "__call__" and not kwargs and not outs and not any(isinstance(a, np.ndarray) for a in inputs):
         return fn(*inputs)  # scalars: no array round trip
-    if method == "reduce":
-        result = _reduce(ufunc, _plain(inputs)[0], **kwargs)
-    else:
-        result = getattr(_object_ufunc(ufunc), method)(*_plain(inputs), **kwargs)
+    # Object loops only build expressions (numbers come later, from the compiled code), but NumPy reads the
+    # floating-point flags after them: a nan or inf constant folded into a node (x + [nan, inf, -inf]) would
+    # warn "invalid value encountered in add" about no computation of the user's.
+    with np.errstate(all="ignore"):
+        if method == "reduce":
+            result = _reduce(ufunc, _plain(inputs)[0], **kwargs)
+        else:
+            result = getattr(_object_ufunc(ufunc), method)(*_plain(inputs), **kwargs)
     if not outs:
         return wrap(result)
     outs[0][...] = result  # NumPy's own code (np.mean, np.var ...) divides into its object temporaries

@@ -11,9 +11,10 @@ the first point, as IPOPT asks for them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from symgrad.compile.function import building
 from symgrad.trace.api import hessian, jacobian, jit, value_and_grad
@@ -144,9 +145,12 @@ def _at_start(fn: Callable, x0: np.ndarray, args: tuple, what: str) -> Any:
         raise type(e)(f"sg.minimize: {what} fails at the starting point x0 (of shape {np.shape(x0)}): {e}") from e
 
 
-def minimize(fun: Callable, x0: Any, *, args: tuple = (), bounds: Any = None,
-             constraints: Sequence[scipy.optimize.NonlinearConstraint] = (), method: str = "ipopt",
-             options: dict | None = None, library: str | None = None) -> scipy.optimize.OptimizeResult:
+def minimize(fun: Callable[..., Any], x0: ArrayLike, *, args: tuple = (),
+             bounds: scipy.optimize.Bounds | Sequence[tuple[float | None, float | None]]
+             | tuple[ArrayLike, ArrayLike] | None = None,
+             constraints: scipy.optimize.NonlinearConstraint | Sequence[scipy.optimize.NonlinearConstraint] = (),
+             method: Literal["ipopt", "trust-constr"] = "ipopt", options: dict[str, Any] | None = None,
+             library: str | None = None) -> scipy.optimize.OptimizeResult:
     """Minimise ``fun(x, *args)`` subject to ``constraints`` (``scipy.optimize.NonlinearConstraint``:
     ``lb <= c(x) <= ub``, ``c`` written in NumPy, no derivatives given) and ``bounds`` (a
     ``scipy.optimize.Bounds``, SciPy's (min, max) pair per variable, or a tuple (lb, ub) of arrays),
