@@ -41,7 +41,7 @@ def argmin(f: Callable, gradient: Callable, x):
 
 
 def argmax(f: Callable, gradient: Callable, x):
-    """:func:`argmin` of -f.
+    """``argmin()`` of -f.
 
     >>> argmax(lambda x: -jnp.sum(x * x), lambda x: -2 * x, jnp.ones(1)).round(3).tolist()
     [0.0]

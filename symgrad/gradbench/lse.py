@@ -24,7 +24,7 @@ def vector(raw: dict) -> tuple[np.ndarray]:
 
 
 def define() -> dict[str, Function]:
-    """``primal`` and ``gradient`` of :func:`lse`.
+    """``primal`` and ``gradient`` of ``lse()``.
 
     >>> define()["gradient"].compute(np.zeros(2)).tolist()
     [0.5, 0.5]

@@ -4,7 +4,7 @@
 The library comes from a wheel: the ``ipopt`` extra installs CasADi, whose wheel carries IPOPT 3.14
 with MUMPS 5.8, METIS and OpenBLAS (the fastest build a package registry offers: 4-5x faster an
 iteration than cyipopt's wheels or Debian's package, whose linear algebra is most of an iteration).
-Any IPOPT build works (:func:`builds` lists those found). The callbacks write each Jacobian and
+Any IPOPT build works (``builds()`` lists those found). The callbacks write each Jacobian and
 Hessian with one NumPy copy into the arrays IPOPT passes (cyipopt's copy one Python index at a time:
 1.8 ms an iteration for 44,008 values, more than symgrad takes to compute them).
 """
@@ -55,7 +55,7 @@ MESSAGES = {
 
 def library(path: str | None = None) -> ctypes.CDLL:
     """IPOPT's shared library: ``path``, else ``$SYMGRAD_IPOPT_LIBRARY``, else the first of
-    :func:`builds` (CasADi's wheel's, cyipopt's, the system's).
+    ``builds()`` (CasADi's wheel's, cyipopt's, the system's).
 
     >>> lib = library()
     >>> bool(lib.IpoptSolve)
@@ -97,7 +97,7 @@ def builds() -> dict[str, str]:
 
 
 def version(path: str | None = None) -> str | None:
-    """The version of the IPOPT :func:`library` loads (``path``: another build's); None before
+    """The version of the IPOPT ``library()`` loads (``path``: another build's); None before
     IPOPT 3.14, which has no ``GetIpoptVersion``.
 
     >>> version().startswith("3.")
