@@ -106,7 +106,7 @@ def parse(text: str) -> Expr:
     >>> sg.parse("2**10**10 * x")
     inf*x
     >>> sg.parse("t1 = sin(x)\\nt1 * t1 + t1")  # a let-form, as shared subexpressions print
-    sin(x)*sin(x) + sin(x)
+    sin(x)**2 + sin(x)
     """
     if not isinstance(text, str):
         raise TypeError(f"parse() needs a str, got {type(text).__name__}")

@@ -25,9 +25,8 @@ def test_million_term_sum_built_left_to_right():
     assert sg.evaluate([s, gx, gy], {x: 0.5, y: 2.0}) == [
         pytest.approx(0.5 * sum(i % 7 for i in range(1, 10**6 + 1, 2)) + 2.0 * 500_000), sum(
             i % 7 for i in range(1, 10**6 + 1, 2)), 500_000.0]
-    text = str(s)  # the five shared products k*x are named once, then one long line
-    lines = text.splitlines()
-    assert len(lines) == 6 and lines[0].endswith("*x") and lines[-1].startswith("x + y + t")
+    text = str(s)  # like terms gathered as printed (the graph keeps its 10**6 nodes)
+    assert text == f"{sum(i % 7 for i in range(1, 10**6 + 1, 2))}*x + 500000*y"
     assert len(to_flat(s)[0]) == sg.count_nodes(s)
     del s, text
     gc.collect()

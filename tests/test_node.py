@@ -61,7 +61,7 @@ def test_operators_with_numbers_and_numpy_scalars():
     assert str(1 - x) == "1 - x"
     assert str(x ** 2) == "x**2"
     assert str(2 ** x) == "2**x"
-    assert str(-x / y) == "-(x/y)"
+    assert str(-x / y) == "-x/y"
     assert sg.evaluate(x < y, {x: 1, y: 2}) == 1.0
     assert sg.evaluate(2 < x, {x: 1}) == 0.0
 

@@ -135,7 +135,7 @@ def sparse_jacobian(fs: Any, wrt: Any) -> SparseExprs:
     >>> x = sg.vector("x", 3)
     >>> J = sparse_jacobian(x[1:] - x[:-1] ** 2, x)
     >>> J.exprs
-    [-(2*x[0]), 1, -(2*x[1]), 1]
+    [-2*x[0], 1, -2*x[1], 1]
     """
     flat = _scalar_wrt(wrt, "jacobian")
     outs = as_expr_list(fs)

@@ -244,8 +244,9 @@ def total(parts: list[Expr]) -> Expr:
 
     >>> import symgrad as sg
     >>> x, y = sg.symbols("x y")
-    >>> total([x, y, x])
-    x + y + x
+    >>> e = total([x, y, x])
+    >>> e.args, e  # ((x + y) + x: it prints gathered)
+    ((x, x + y), 2*x + y)
     """
     out = parts[0]
     for p in parts[1:]:

@@ -121,11 +121,12 @@ class Printed(str):
 @_named_keywords
 def make_jaxpr(fn: Callable[..., Any], static_argnums: ArgNums = ()) -> Callable[..., Printed]:
     """``jax.make_jaxpr``: a function of example arguments giving what ``fn`` traces to on them:
-    symgrad's formulas (a flat let-form, every shared subexpression named once), not compiled.
+    symgrad's formulas (a flat let-form: what prints more than once, and is not short, named once),
+    not compiled.
 
     >>> import numpy as np, symgrad as sg
-    >>> sg.make_jaxpr(lambda x, y: np.sin(x) * y + np.sin(x))(1.0, 2.0)
-    t1 = sin(x)
+    >>> sg.make_jaxpr(lambda x, y: np.sin(x * y + 0.5) * y + np.sin(x * y + 0.5))(1.0, 2.0)
+    t1 = sin(x*y + 0.5)
     f = y*t1 + t1
     """
     f = Function(fn, "jit", (), static_argnums)

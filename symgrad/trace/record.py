@@ -351,7 +351,7 @@ class Trace:
             self.owner.backend)
 
     def formulas(self) -> str:
-        """The traced outputs and their derivatives, every shared subexpression named once."""
+        """The traced outputs and their derivatives, as ``sg.format`` prints them (a let-form)."""
         labels: dict[str, Expr] = {}
         for i, (exprs, shape) in enumerate(self.outputs):
             name = f"f{i}" if len(self.outputs) > 1 else "f"
