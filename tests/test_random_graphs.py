@@ -71,13 +71,19 @@ def test_forward_mode_matches_reverse_mode(f, p, t):
 
 @settings(max_examples=200, **SETTINGS)
 @given(dags(), points)
+@example(f=sg.parse("x0 + (0.5 - fmod(0.5, 0.5 != x2) < 0.5)"), p=[0.1, 0.2, 0.3])
 def test_printing_parses_back_and_sympy_round_trips(f, p):
     point = _at(p)
     value = sg.evaluate(f, point)
     assume(np.isfinite(value))
     assert close(sg.evaluate(sg.parse(str(f)), point), value, rtol=1e-12)
     if _finite_throughout(f, point) and not _sympy_atan_bug(f):
-        assert close(sg.evaluate(sg.from_sympy(sg.to_sympy(f)), point), value, rtol=1e-9)
+        try:
+            theirs = sg.to_sympy(f)
+        except ValueError as e:  # (SymPy's x/0 is zoo, which it cannot compare: refused, naming the op)
+            assert "SymPy cannot build" in str(e)
+        else:
+            assert close(sg.evaluate(sg.from_sympy(theirs), point), value, rtol=1e-9)
     assert sg.structural_hash(sg.expr.traverse.from_flat(*sg.expr.traverse.to_flat(f))) == sg.structural_hash(f)
 
 
