@@ -442,10 +442,10 @@ def collocation() -> None:
         assert result.success
         return result, (time.perf_counter() - start) / max(result.nit, 1), spent[0] / max(result.nit, 1)
 
-    bases = _casadi_collocation(cp, name) if HAVE["casadi"] else {}
     default = next(iter(builds))
     first = solve(builds[default])  # (on the loop VM while Numba compiles)
     problem.ready()
+    bases = _casadi_collocation(cp, name) if HAVE["casadi"] else {}  # (a quiet process: no compile beside it)
     for build, path in builds.items():
         result, per_iteration, derivatives = solve(path)
         assert not bases or abs(bases["optimum"] - result.fun) < 1e-6 * abs(result.fun)
