@@ -449,7 +449,7 @@ def collocation() -> None:
     for build, path in builds.items():
         result, per_iteration, derivatives = solve(path)
         assert not bases or abs(bases["optimum"] - result.fun) < 1e-6 * abs(result.fun)
-        tool = (f"symgrad sg.minimize(method='ipopt'), {build}'s IPOPT {ipopt.version(path) or '< 3.14'}"
+        tool = (f"symgrad sg.minimize(method='ipopt'), {build}'s IPOPT {ipopt.version(path) or ''}"
                 f"{' (default)' if build == default else ''} ({result.nit} iterations, effort {result.fun:.6f})")
         if build == default:
             row(name, tool, "setup (traced, patterns, first derivatives)", setup, bases.get("setup"), "s")

@@ -153,7 +153,8 @@ def test_version_let_forms_and_non_finite_values(capsys):
 def test_check_exits_1_when_nothing_could_be_checked(capsys):
     assert main(["sqrt(x) + y", "--at", "x=0,y=2", "--check"]) == 0  # y checked, x not finite: fine
     assert main(["log(x)", "--at", "x=-1", "--check"]) == 1
-    assert "nothing could be checked" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "nothing could be checked" in err and "  result    nothing checked\n" in out  # (not "ok")
 
 
 def _cli(*argv: str) -> subprocess.Popen:

@@ -114,10 +114,14 @@ def test_the_default_ipopt_is_casadis_wheel_unless_named(monkeypatch):
     builds = ipopt.builds()
     assert next(iter(builds)) == "casadi" and ipopt.version().startswith("3.14")
     assert ipopt.library()._name == builds["casadi"]
+    assert ipopt.library("cyipopt")._name == builds["cyipopt"]  # (a build by its name)
     monkeypatch.setenv("SYMGRAD_IPOPT_LIBRARY", builds["cyipopt"])
     assert ipopt.library()._name == builds["cyipopt"]
-    with pytest.raises(OSError, match="nowhere"):
+    with pytest.raises(OSError, match=r"from library= \('/nowhere/libipopt.so'\) cannot be loaded.*builds found"):
         ipopt.library("/nowhere/libipopt.so")
+    monkeypatch.setenv("SYMGRAD_IPOPT_LIBRARY", "/nowhere/libipopt.so")
+    with pytest.raises(OSError, match=r"from \$SYMGRAD_IPOPT_LIBRARY \('/nowhere"):
+        ipopt.version()
 
 def test_ipopt_stops_at_an_exception_in_a_callback_and_raises_it():
     problem, x0, lb, ub = _hs071()

@@ -180,3 +180,9 @@ def test_deep_chains_print_without_recursion():
     assert str(d).count("y") <= 3 and sg.evaluate(sg.parse(str(d)), point) == pytest.approx(sg.evaluate(d, point))
     text = str(s)
     assert text.startswith("y + 1.5*sin(y + 1.5*sin(") and text.count("sin(") == 10**5
+
+
+def test_a_coefficient_that_rounds_to_one_is_not_printed():
+    """3 * 0.333... is 1 within rounding: x**2*y, not 1*x**2*y (0.999... where it is not 1 as a float)."""
+    x, y = sg.symbols("x y")
+    assert str(sg.diff(x ** 3 * y / 3, x)) == "x**2*y" and str(sg.diff(-x ** 3 * y / 3, x)) == "-x**2*y"

@@ -105,6 +105,8 @@ def _coefficient(c: Number, latex: bool) -> tuple[str | None, str | None]:
     if isinstance(c, int):
         return (str(c) if c < 10**16 else _number(float(c), latex)), None
     f = float(c)
+    if f == 1:  # (a product of rounded constants within half an ulp of 1: 3 * 0.333..., printed as 1)
+        return None, None
     if Fraction(f) == c or c.denominator > 10**6 or c.numerator > 10**12:
         return _number(f, latex), None
     return (str(c.numerator) if c.numerator != 1 else None), str(c.denominator)

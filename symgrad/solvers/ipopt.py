@@ -54,19 +54,25 @@ MESSAGES = {
 
 
 def library(path: str | None = None) -> ctypes.CDLL:
-    """IPOPT's shared library: ``path``, else ``$SYMGRAD_IPOPT_LIBRARY``, else the first of
-    ``builds()`` (CasADi's wheel's, cyipopt's, the system's).
+    """IPOPT's shared library: ``path`` (a file, or a name in ``builds()``), else
+    ``$SYMGRAD_IPOPT_LIBRARY``, else the first of ``builds()`` (CasADi's wheel's, cyipopt's, the system's).
 
     >>> lib = library()
     >>> bool(lib.IpoptSolve)
     True
     """
-    path = path or os.environ.get("SYMGRAD_IPOPT_LIBRARY") or next(iter(builds().values()), None)
+    found = builds()
+    source = "library=" if path else "$SYMGRAD_IPOPT_LIBRARY" if os.environ.get("SYMGRAD_IPOPT_LIBRARY") else None
+    path = path or os.environ.get("SYMGRAD_IPOPT_LIBRARY") or next(iter(found.values()), None)
     if path is None:
         raise ImportError("sg.minimize(method='ipopt') needs IPOPT's library: pip install 'symgrad[ipopt]' "
                           "(CasADi's wheel carries it), or pass library='/path/libipopt.so' "
                           "(or set SYMGRAD_IPOPT_LIBRARY)")
-    return _loaded(path)
+    try:
+        return _loaded(found.get(path, path))  # (a build by its name in builds(): "casadi", "cyipopt", "system")
+    except OSError as e:
+        raise OSError(f"IPOPT's library from {source or 'sg.ipopt.builds()'} ({path!r}) cannot be loaded: {e}; "
+                      f"the builds found: {found or 'none'}") from None
 
 
 @cache
@@ -97,8 +103,8 @@ def builds() -> dict[str, str]:
 
 
 def version(path: str | None = None) -> str | None:
-    """The version of the IPOPT ``library()`` loads (``path``: another build's); None before
-    IPOPT 3.14, which has no ``GetIpoptVersion``.
+    """The version of the IPOPT ``library()`` loads (``path``: another build's); None where the
+    library does not export ``GetIpoptVersion`` (IPOPT before 3.14; cyipopt's wheel's 3.14.11).
 
     >>> version().startswith("3.")
     True

@@ -157,8 +157,9 @@ def minimize(fun: Callable[..., Any], x0: ArrayLike, *, args: tuple = (),
     with IPOPT (``method="ipopt"``, the ``symgrad[ipopt]`` extra) or SciPy's ``"trust-constr"``;
     symgrad supplies the gradient, the constraints' sparse Jacobian and the sparse Hessian of the
     Lagrangian. ``options``: the solver's
-    (IPOPT's by name: ``{"tol": 1e-8, "print_level": 0}``); ``library``: the path of another IPOPT
-    build's shared library (one with HSL's solvers, say) than the one cyipopt links.
+    (IPOPT's by name: ``{"tol": 1e-8, "print_level": 0}``); ``library``: another IPOPT build
+    than the default (CasADi's wheel's): a shared library's path (one with HSL's solvers, say) or a
+    name in ``sg.ipopt.builds()``.
 
     >>> import numpy as np, scipy.optimize, symgrad as sg
     >>> circle = scipy.optimize.NonlinearConstraint(lambda x: np.sum(x ** 2, keepdims=True), 1.0, 1.0)
