@@ -100,6 +100,21 @@ def test_unknown_module_and_function_fail_without_ending_the_session():
                           "input": {"x": [1.0]}}])
     assert [r["success"] for r in responses] == [False, True, False, True]
     assert responses[3]["output"] == 1.0
+    assert responses[2]["error"] == "lse has no function 'nope': it has gradient, primal"
+
+
+def test_malformed_messages_are_answered_not_fatal():
+    """A line that is not JSON, a define without a module, an evaluate before its define: each gets
+    an error, and the session goes on."""
+    lines = "nonsense\n" + "".join(json.dumps(m) + "\n" for m in (
+        {"id": 1, "kind": "define"}, {"id": 2, "kind": "evaluate", "module": "lse", "function": "primal"},
+        {"id": 3, "kind": "start"}))
+    done = subprocess.run([sys.executable, "-m", "symgrad.gradbench"], input=lines, capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).parents[1])
+    responses = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["id"] for r in responses] == [None, 1, 2, 3] and responses[3]["tool"] == "symgrad"
+    assert "unreadable message 'nonsense'" in responses[0]["error"]
+    assert responses[2]["error"] == "module 'lse' is not defined (a define message first)"
 
 
 @pytest.mark.parametrize("evals", [("lse", "llsq", "kmeans", "ode", "det", "gmm", "lstm"), ("ba",), ("ht",)])

@@ -84,30 +84,50 @@ class Tool:
         return {"success": True, "timings": [timing("define", start)]}
 
     def evaluate(self, message: dict) -> dict:
+        module, name = message.get("module"), message.get("function")
+        if module not in self.modules:
+            return {"success": False, "error": f"module {module!r} is not defined (a define message first)"}
+        if name not in self.modules[module]:
+            return {"success": False, "error": f"{module} has no function {name!r}: it has "
+                                               f"{', '.join(sorted(self.modules[module]))}"}
         try:
-            return answer(self.modules[message["module"]][message["function"]], message["input"])
+            return answer(self.modules[module][name], message.get("input"))
         except Exception as error:  # noqa: BLE001 (the eval is told; the session goes on)
             return failure(error)
 
     def respond(self, message: dict) -> dict:
-        """The response to one message."""
-        response = {"id": message["id"]}
-        kind = message["kind"]
+        """The response to one message.
+
+        >>> Tool().respond({"id": 1, "kind": "evaluate", "module": "lse", "function": "primal"})["error"]
+        "module 'lse' is not defined (a define message first)"
+        """
+        response = {"id": message.get("id")}
+        kind = message.get("kind")
         if kind == "start":
             response["tool"] = "symgrad"
         elif kind == "define":
-            response |= self.define(message["module"])
+            response |= self.define(message.get("module"))
         elif kind == "evaluate":
             response |= self.evaluate(message)
         return response
 
 
 def serve(lines: IO[str], out: IO[str]) -> None:
-    """Answer each message line of ``lines`` on ``out``, flushed, until the input ends."""
+    """Answer each message line of ``lines`` on ``out``, flushed, until the input ends; a line that
+    is not a JSON object is answered with an error naming it."""
     tool = Tool()
     for line in lines:
         if line.strip():
-            print(json.dumps(tool.respond(json.loads(line))), file=out, flush=True)
+            try:
+                message = json.loads(line)
+                if not isinstance(message, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as error:
+                response = {"id": None, "success": False,
+                            "error": f"unreadable message {line.strip()[:80]!r}: {error}"}
+            else:
+                response = tool.respond(message)
+            print(json.dumps(response), file=out, flush=True)
 
 
 def main() -> None:
