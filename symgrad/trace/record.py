@@ -329,10 +329,11 @@ class Trace:
         elif self.fallback is not None:
             path = f"element by element, because {self.fallback}"
         else:
-            path = "element by element (arrays under ROLLED_MIN elements)" if any(
+            path = f"element by element (arrays under {limits.ROLLED_MIN} elements)" if any(
                 sh for s in self.slots.values() for sh in s.shapes) else "scalars"
         flat = self.flat.exprs if isinstance(self.flat, SparseExprs) else self.flat
-        line = f"  {shapes or 'no arguments'} -> {path}, {count_nodes(list(flat))} nodes"
+        nodes = count_nodes(list(flat))
+        line = f"  {shapes or 'no arguments'} -> {path}, {nodes} node{'s' * (nodes != 1)}"
         if "compiled" in self.__dict__:
             c = self.compiled
             kind = "loops" if isinstance(c.program, compiled.LoopProgram) else "a flat program"
