@@ -392,7 +392,7 @@ def typed(module: ModuleType, name: str, signature: tuple) -> Any:
     dispatcher = getattr(module, name)
     with _COMPILING.get(module.__name__, _LOCK):
         if not getattr(dispatcher, "_symgrad_frozen", False):
-            with _registered(module), phase(f"Numba compiling {name}"):
+            with _registered(module), phase(f"Numba compiling the {name!r} kernel (once: cached on disk)"):
                 dispatcher.compile(signature)
             dispatcher.disable_compile()
             dispatcher._symgrad_frozen = True
