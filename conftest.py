@@ -7,6 +7,7 @@ os.environ.setdefault("SYMGRAD_CACHE_DIR", str(Path(__file__).parent / ".pytest_
 # A test that asks for Numba gets Numba: past the per-process cap (256 generated modules by default) new
 # programs would run on the VM, and a numba-parametrised test late in a worker would test the VM instead.
 os.environ.setdefault("SYMGRAD_MAX_PROGRAMS", "4096")
+collect_ignore = ["tests/data"]  # (scripts that made the tests' data, run by hand with a GradBench checkout)
 
 
 import pytest  # noqa: E402 - after the cache setting, which must precede symgrad's import

@@ -469,10 +469,9 @@ class Function:
         >>> h = sg.hessian(lambda x: np.sum(x[1:] * x[:-1] ** 2), sparse=True)
         >>> _ = h(np.ones(100))
         >>> print(sg.format(h.bands()))
-        t1 = j <= 98
         H[j, j - 1] = where(j - 1 >= 0, 2*x[j - 1], 0)
-        H[j, j] = where(t1, 2*x[j + 1], 0)
-        H[j, j + 1] = where(t1, 2*x[j], 0)
+        H[j, j] = where(j <= 98, 2*x[j + 1], 0)
+        H[j, j + 1] = where(j <= 98, 2*x[j], 0)
         """
         if self._last_sparse is None:
             raise RuntimeError(f"{self.who}.bands: call it first, sparse=True on arrays of {limits.ROLLED_MIN} "
