@@ -98,8 +98,14 @@ def builds() -> dict[str, str]:
     >>> "casadi" in builds()
     True
     """
+    return dict(_found())
+
+
+@cache
+def _found() -> tuple[tuple[str, str], ...]:
+    # (once a process: find_library runs ldconfig, 2.5 ms, and every solve asks)
     found = {"casadi": _casadis(), "cyipopt": _cyipopts(), "system": ctypes.util.find_library("ipopt")}
-    return {name: path for name, path in found.items() if path}
+    return tuple((name, path) for name, path in found.items() if path)
 
 
 def version(path: str | None = None) -> str | None:
