@@ -282,8 +282,8 @@ def test_background_compiles_not_started_are_dropped():
 
     x = sg.Var("x")
     gate = threading.Event()
-    busy = function._compiler().submit(gate.wait)  # (the compile thread busy: the upgrade waits its turn)
-    c = sg.compile(x * x, [x], backend="vm")._upgrade(lambda: pytest.fail("a dropped compile ran"))
+    busy = function._worker("numba").submit(gate.wait)  # (the compile thread busy: the upgrade waits its turn)
+    c = sg.compile(x * x, [x], backend="vm")._upgrade(("numba", lambda: pytest.fail("a dropped compile ran")))
     function.drop_background_compiles()
     gate.set()
     busy.result()
@@ -294,6 +294,6 @@ def test_a_script_ends_at_its_last_line_while_a_background_compile_runs():
     """A compile under way when a script ends (minutes for a big kernel, its result unused) is
     abandoned, not awaited: here one that would never finish, and the script exits at once, status 0."""
     script = ("import threading; from symgrad.compile import function; "
-              "function._compiler().submit(threading.Event().wait); print('last line')")
+              "function._worker('numba').submit(threading.Event().wait); print('last line')")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "last line", "")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rolled_graphs import nested_sums
 
 import symgrad as sg
-from symgrad.compile import cache, loop_source
+from symgrad.compile import c_backend, cache, loop_source
 from symgrad.compile.kernels import REGISTRY, Backend
 from symgrad.expr.rolled import array, index, reduce, subscript, table, tensor
 
@@ -150,15 +150,43 @@ def test_auto_runs_on_the_vm_while_numba_compiles_then_numba_takes_over(monkeypa
     assert sg.value_and_grad(f2, [x2]).backend == "numba"
 
 
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+@pytest.mark.parametrize("vm_at_hand", [False, True])
+def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(monkeypatch, vm_at_hand):
+    """With a C compiler the tiers are the loop VM (where compiled), the C kernels (gcc: a fraction of a
+    second), then Numba's; each gives the interpreter's numbers, and a late tier never replaces a later one."""
+    from symgrad.compile import loop_vm
+
+    monkeypatch.setattr(loop_vm, "at_hand", lambda: vm_at_hand)
+    salt = 7.0 + np.random.default_rng().random()
+    f, x = _fresh_program(salt)
+    v = np.linspace(-1.0, 1.0, 50)
+    vg = sg.value_and_grad(f, [x])
+    assert vg.backend == ("vm" if vm_at_hand else "c")
+    assert [tier for tier, _ in vg._tiers] == (["c", "numba"] if vm_at_hand else ["numba"])
+    first = vg(v)
+    assert first[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
+    assert vg.ready("c").backend in ("c", "numba")
+    on_c = vg(v)
+    assert vg.ready().backend == "numba"
+    on_numba = vg(v)
+    reference = sg.value_and_grad(f, [x], backend="python")(v)
+    for got in (first, on_c, on_numba):
+        assert got[0] == pytest.approx(reference[0], rel=1e-13) and np.allclose(got[1], reference[1], rtol=1e-13)
+
+
 def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
     from symgrad.compile import loop_vm
 
+    from symgrad.compile import function
+
     monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
+    monkeypatch.setattr(function, "C_TIER", False)
     monkeypatch.setitem(REGISTRY["loops"], "numba", Backend("numba", lambda program, roots: (_ for _ in ()).throw(
         MemoryError("LLVM"))))
     salt = 5.0 + np.random.default_rng().random()
     f, x = _fresh_program(salt)
-    with pytest.warns(UserWarning, match=r"compiling a loop program failed \(MemoryError: LLVM\); it runs on the"):
+    with pytest.warns(UserWarning, match=r"compiling a loop program failed \(MemoryError: LLVM\); it runs on the kernels"):
         vg = sg.value_and_grad(f, [x]).ready()
     v = np.linspace(-1.0, 1.0, 50)
     assert vg.backend == "vm" and vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
@@ -516,7 +544,7 @@ def test_background_compiles_wait_for_the_foreground_builds():
         return c.program.kernels("vm")
 
     with building():
-        c._upgrade(make)
+        c._upgrade(("numba", make))
         time.sleep(0.2)  # (the compile waits 2 s at most: it cannot have started here)
         assert not started
         ended = time.perf_counter()

@@ -44,6 +44,10 @@ AUTO_THRESHOLD = 200
 # Under "auto" a loop program not yet in the disk cache runs on the loop VM at once while Numba
 # compiles it on a background thread; the Numba kernels take over when ready (Compiled.ready()).
 TIERED = True
+# Where a C compiler is found, the tiers of a loop program include its C kernels: ready in a fraction of
+# a second (gcc), where Numba takes seconds to minutes; Numba's take over when ready (BLAS products,
+# vectorised exp and log: faster on some kernels).
+C_TIER = True
 
 _EMPTY = np.empty(0)
 _empty = np.empty
@@ -78,7 +82,9 @@ class Compiled:
         self._kind = _ARRAY if not program.returns_value else _SCALAR if shape == () else _VALUE_GRAD
         self._n_out = program.n_out
         self._point = self._kernels("point")
-        self._final: Any = None  # a Future of the kernels taking over (tiered compilation)
+        self._final: Any = None  # a Future of the kernels taking over last (tiered compilation)
+        self._tiers: list[tuple[str, Any]] = []  # (backend, Future of its kernels taking over)
+        self._rank = -1  # the tier running it
 
     @property
     def source(self) -> str:
@@ -139,42 +145,53 @@ class Compiled:
         roots = None if self._roots is None or isinstance(self.program, LoopProgram) else dumps(self._roots)
         return _unpickled, (self.program, backend, self.shape, self._pattern, roots)
 
-    def ready(self) -> Compiled:
-        """Wait until the final kernels run it (under ``"auto"``, a loop program runs on the loop VM
-        while Numba compiles it in the background), and return it.
+    def ready(self, backend: str | None = None) -> Compiled:
+        """Wait until the final kernels run it, or those of ``backend`` ("c", "numba") once they are
+        under way (under ``"auto"``, a loop program runs on the loop VM while the C compiler and Numba
+        compile it in the background), and return it.
 
         >>> import symgrad as sg
         >>> x = sg.Var("x")
         >>> sg.compile(x * x, [x], backend="vm").ready().backend
         'vm'
         """
-        final = self._final
-        if final is not None:
-            final.result()
+        for tier, future in self._tiers:
+            if backend is None or tier == backend:
+                future.result()
         return self
 
-    def _upgrade(self, make: Any) -> Compiled:
-        """Run on the kernels ``make()`` returns once a background thread has made them (unless dropped
-        before its turn: ``drop_background_compiles``)."""
+    def _upgrade(self, *tiers: tuple[str, Any]) -> Compiled:
+        """Run on the kernels each ``make()`` of ``tiers`` ((backend, make) pairs, slower to faster)
+        returns once a background thread has made them (unless dropped before its turn:
+        ``drop_background_compiles``). The C compiler's tier runs on a thread of its own, beside
+        Numba's (a subprocess: the two compile at once where the machine has cores); a tier never
+        replaces a faster one that came in first."""
         generation = _GENERATION[0]
 
-        def swap() -> bool:
+        def swap(rank: int, backend: str, make: Any) -> bool:
             if _GENERATION[0] != generation:  # (dropped: nobody will use it; it runs on the VM)
                 return False
-            with _CHANGED:
-                _CHANGED.wait_for(lambda: _BUILDS[0] == 0, FOREGROUND_WAIT)
+            if backend != "c":  # (Numba's compile holds the GIL; the C compiler runs in its own process)
+                with _CHANGED:
+                    _CHANGED.wait_for(lambda: _BUILDS[0] == 0, FOREGROUND_WAIT)
             try:
                 kernels = make()
                 point = kernels.kernel("point")
             except Exception as e:  # (out of memory in LLVM, say): the loop VM goes on running it
                 warnings.warn(f"symgrad: compiling a loop program failed ({type(e).__name__}: {e}); "
-                              "it runs on the loop VM", stacklevel=1)
+                              "it runs on the kernels it has", stacklevel=1)
                 return False  # (not _final = None here: the Future may not be stored yet)
-            self._kernels, self._source, self.backend = kernels.kernel, kernels.source, kernels.backend
-            self._point = point
+            with _CHANGED:
+                if rank < self._rank:
+                    return False
+                self._rank = rank
+                self._kernels, self._source, self.backend = kernels.kernel, kernels.source, kernels.backend
+                self._point = point
             return True
 
-        self._final = _compiler().submit(swap)
+        self._tiers = [(backend, _worker(backend).submit(swap, rank, backend, make)) for rank, (backend, make) in
+                       enumerate(tiers)]
+        self._final = self._tiers[-1][1]
         return self
 
     def _shaped(self, data: np.ndarray) -> Any:
@@ -349,11 +366,17 @@ def building() -> Iterator[None]:
             _CHANGED.notify_all()
 
 
-@functools.lru_cache(None)
-def _compiler() -> DaemonWorker:
-    """The one background thread of tiered compilation (Numba compiles one function at a time); a
-    daemon: a script's exit does not wait for the compile under way (minutes for a big kernel)."""
-    return DaemonWorker("symgrad-compile")
+_WORKERS: dict[str, DaemonWorker] = {}
+
+
+def _worker(backend: str) -> DaemonWorker:
+    """The background thread of tiered compilation for ``backend`` (Numba compiles one function at a
+    time; the C compiler's thread mostly waits on its subprocess); a daemon: a script's exit does not
+    wait for the compile under way (minutes for a big kernel)."""
+    with _CHANGED:
+        if backend not in _WORKERS:
+            _WORKERS[backend] = DaemonWorker(f"symgrad-compile-{backend}")
+        return _WORKERS[backend]
 
 
 _GENERATION = [0]  # bumped to drop the background compiles queued so far
@@ -371,15 +394,15 @@ def drop_background_compiles() -> None:
 
 def _compiles_done() -> None:
     """Let background compiles finish (before a fork: a child would inherit their locks held)."""
-    if _compiler.cache_info().currsize:
-        _compiler().submit(lambda: None).result()
+    for worker in list(_WORKERS.values()):
+        worker.submit(lambda: None).result()
 
 
 # (at exit the compile thread, a daemon, is abandoned where it is; the queued compiles must not start)
 getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
 # A forked child inherits the pools without their threads: it would wait on them forever.
 os.register_at_fork(before=_compiles_done, after_in_child=lambda: (_thread_pool.cache_clear(),
-                                                                   _compiler.cache_clear()))
+                                                                   _WORKERS.clear()))
 
 
 def _converted(value: Any) -> Any:
@@ -434,15 +457,31 @@ def _made(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
           returns_value: bool, pattern: tuple | None) -> Compiled:
     program = lower(roots, inputs, params, returns_value=returns_value)
     if backend == "auto" and isinstance(program, LoopProgram):
-        # (a long program compiles for minutes: the VM's own first compile, seconds, is worth it then)
-        if TIERED and (loop_vm.at_hand() or program.split) and not numba_on_disk(program):
-            return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(
-                lambda: program.kernels("numba"))
+        if TIERED and not numba_on_disk(program):
+            return _tiered(program, shape, pattern)
         backend = "numba"
     elif backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
     needs_roots = backend in REGISTRY["program"] and REGISTRY["program"][backend].needs_roots
     return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
+
+
+def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
+    """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
+    where they are compiled, else the C compiler's, in a fraction of a second), then the C compiler's
+    and Numba's as each is ready."""
+    c = C_TIER and c_backend.available()
+    numba_tier = ("numba", lambda: program.kernels("numba"))
+    if loop_vm.at_hand() or (program.split and not c):  # (a long program compiles for minutes in Numba:
+        # the VM's own first compile, seconds, is worth it then)
+        tiers = [("c", lambda: program.kernels("c"))] if c else []
+        return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*tiers, numba_tier)
+    if c:
+        try:
+            return Compiled(program, program.kernels("c"), shape, pattern)._upgrade(numba_tier)
+        except c_backend.CompilerError as e:
+            warnings.warn(f"symgrad: {e}; it runs on Numba", stacklevel=1)
+    return _from_program(program, "numba", shape, pattern, None)
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
