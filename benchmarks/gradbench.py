@@ -4,16 +4,23 @@ The problems live in symgrad.gradbench (the GradBench tool); each is written onc
 namespace ``J`` (``J.np``: jax.numpy or symgrad.numpy;
 ``J.lax``, ``J.grad``, ``J.jvp``, ``J.vmap``, ``J.jit`` from jax or symgrad), from the problem
 definitions in GradBench's evals (READMEs, C++ references, input generators; sizes are GradBench's).
-``benchmarks/run.py gradbench`` times each under both and checks that they agree.
+``benchmarks/run.py gradbench`` times each under both and checks that they agree; with
+``$GRADBENCH`` a GradBench checkout, GradBench's hand-written C++ (``tools/manual``) too, on the same input.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from symgrad.gradbench.ba import ba_reprojection, ba_residuals
+from symgrad.gradbench.ba import prepare as ba_expand
 from symgrad.gradbench.gmm import gmm_objective
 from symgrad.gradbench.kmeans import kmeans_cost, kmeans_cost_matmul, kmeans_dir
 from symgrad.gradbench.llsq import llsq
@@ -30,7 +37,7 @@ __all__ = ["namespace"]  # run.py reaches it as gradbench.namespace
 def kmeans_input(n, k, d, seed=31337):
     rng = np.random.RandomState(seed)
     points = rng.rand(n, d)
-    return points, points[-k:].copy()  # every centroid is some point's nearest: H is invertible
+    return {"points": points, "centroids": points[-k:].copy()}  # each centroid some point's nearest: H invertible
 
 
 # ---- llsq: linear least squares, 1/2 sum_i (sign(t_i) - sum_j x_j t_i^j)^2 -------------------------
@@ -42,14 +49,14 @@ def kmeans_input(n, k, d, seed=31337):
 # ---- GMM: log posterior of a Gaussian mixture with a Wishart prior (ADBench, GradBench's fixes) -----
 
 
-def gmm_input(d, k, n, seed=31337):
+def gmm_input(d, k, n, m=0, gamma=1.0, seed=31337):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, d))
     alpha = rng.normal(size=k)
     mu = rng.uniform(size=(k, d))
     q = rng.normal(size=(k, d))
     ltri = rng.normal(size=(k, d * (d - 1) // 2))
-    return alpha, mu, q, ltri, x
+    return {"d": d, "k": k, "n": n, "alpha": alpha, "mu": mu, "q": q, "l": ltri, "x": x, "m": m, "gamma": gamma}
 
 
 # ---- ODE: s steps of RK4 on y0' = x0, yi' = xi y(i-1), y(0) = 0, to t = 2 ---------------------------
@@ -66,29 +73,29 @@ def lstm_input(layers, chars, bits=14, seed=31337):
     main_params = rng.random_sample((2 * layers, 4 * bits))
     extra_params = rng.random_sample((3, bits))
     sequence = rng.randint(0, 2, size=(chars, bits)).astype(float)
-    return main_params, extra_params, state, sequence
+    return {"main_params": main_params, "extra_params": extra_params, "state": state, "sequence": sequence}
 
 
 # ---- bundle adjustment: the sparse Jacobian (GradBench "ba", ADBench's objective) ------------------
 
 
 def ba_input(n, m, p, seed=31337):
-    """GradBench's BA input: one camera, point, weight and feature repeated; observation i sees
-    camera i mod n and point i mod m."""
+    """GradBench's BA input: one camera, point, weight and feature, which the tools repeat
+    (symgrad.gradbench.ba.prepare: observation i sees camera i mod n and point i mod m)."""
     rng = np.random.RandomState(seed)
     cam = np.concatenate([rng.uniform(-0.2, 0.2, 3), rng.uniform(-1, 1, 3), [400.0], rng.uniform(-5, 5, 2),
                           rng.uniform(-1e-3, 1e-3, 2)])
     X, w, feat = rng.uniform(-1, 1, 3) + [0.0, 0.0, 5.0], rng.uniform(0.5, 1.5), rng.uniform(-50, 50, 2)
-    obs = np.stack([np.arange(p) % n, np.arange(p) % m], axis=1)
-    z = np.concatenate([np.tile(cam, n), np.tile(X, m), np.full(p, w)])
-    return z, obs, np.tile(feat, (p, 1))
+    return {"n": n, "m": m, "p": p, "cam": cam, "x": X, "w": w, "feat": feat}
 
 
 def _ba(n, m, p):
     """symgrad: sg.jacobian(sparse=True) of the objective on the flat unknowns (CSR); JAX: the 2 x 15
     blocks by vmap(jacrev) of one observation's error, as JAX users write a sparse BA Jacobian (its
     assembly into a sparse matrix not timed), and the weight errors' diagonal. Compared entry by entry."""
-    z, obs, feats = ba_input(n, m, p)
+    raw = ba_input(n, m, p)
+    cams, X, w, feats, obs = ba_expand(raw)
+    z = np.concatenate([cams.ravel(), X.ravel(), w])
     cols = np.concatenate([11 * obs[:, :1] + np.arange(11), 11 * n + 3 * obs[:, 1:] + np.arange(3),
                            11 * n + 3 * m + np.arange(p)[:, None]], axis=1)  # (p, 15): a block's columns
 
@@ -118,47 +125,63 @@ def _ba(n, m, p):
         return np.asarray(M[rows, at]).ravel()
 
     make.canon = canon
+    make.gradbench = ("ba", "jacobian", raw)
     return make
 
 
 # ---- the cases and their timing ---------------------------------------------------------------------
 
 
+def case(function, gradbench, *names):
+    """``make``: make(J) is (function(J), the input's ``names``); make.gradbench is GradBench's
+    (eval, function, input), so that its tools see the same arrays."""
+    def make(J):
+        return function(J), tuple(gradbench[2][name] for name in names)
+    make.gradbench = gradbench
+    return make
+
+
 def _kmeans(cost, n, k, d):
-    points, centroids = kmeans_input(n, k, d)
-    return lambda J: (J.jit(lambda p, c: kmeans_dir(J, cost, p, c)), (points, centroids))
+    return case(lambda J: J.jit(lambda p, c: kmeans_dir(J, cost, p, c)), ("kmeans", "dir", kmeans_input(n, k, d)),
+                "points", "centroids")
 
 
 def _llsq(n, m=128):
-    x = np.random.RandomState(31337).rand(m)
-    return lambda J: (J.jit(J.grad(lambda x: llsq(J, x, n))), (x,))
+    raw = {"x": np.random.RandomState(31337).rand(m), "n": n}
+    return case(lambda J: J.jit(J.grad(lambda x: llsq(J, x, n))), ("llsq", "gradient", raw), "x")
 
 
 def _lse(n):
-    x = np.random.RandomState(31337).rand(n)
-    return lambda J: (J.jit(J.grad(lambda x: lse(J, x))), (x,))
+    raw = {"x": np.random.RandomState(31337).rand(n)}
+    return case(lambda J: J.jit(J.grad(lambda x: lse(J, x))), ("lse", "gradient", raw), "x")
 
 
 def _gmm(d, k, n, m=0, gamma=1.0):
-    args = gmm_input(d, k, n)
-    return lambda J: (J.jit(J.grad(lambda *a: gmm_objective(J, *a, m, gamma), argnums=(0, 1, 2, 3))), args)
+    return case(lambda J: J.jit(J.grad(lambda *a: gmm_objective(J, *a, m, gamma), argnums=(0, 1, 2, 3))),
+                ("gmm", "jacobian", gmm_input(d, k, n, m, gamma)), "alpha", "mu", "q", "l", "x")
 
 
 def _ode(n, s, gradient):
-    x = np.random.RandomState(31337).rand(n)
-    if gradient:
-        return lambda J: (J.jit(J.grad(lambda x: ode(J, x, s)[-1])), (x,))
-    return lambda J: (J.jit(lambda x: ode(J, x, s)), (x,))
+    """(GradBench's hand-written C++ gradient is the exact solution's, prod(x) 2^n / n! / x_i: O(n) for any s.)"""
+    def function(J):
+        def y(x):
+            return ode(J, x, s)
+        return J.jit(J.grad(lambda x: y(x)[-1]) if gradient else y)
+    raw = {"x": np.random.RandomState(31337).rand(n), "s": s}
+    return case(function, ("ode", "gradient" if gradient else "primal", raw), "x")
 
 
 def _lstm(layers, chars, gradient):
-    args = lstm_input(layers, chars)
-    if gradient:
-        return lambda J: (J.jit(J.grad(lambda *a: lstm_objective(J, *a), argnums=(0, 1))), args)
-    return lambda J: (J.jit(lambda *a: lstm_objective(J, *a)), args)
+    def function(J):
+        def objective(*args):
+            return lstm_objective(J, *args)
+        return J.jit(J.grad(objective, argnums=(0, 1)) if gradient else objective)
+    return case(function, ("lstm", "jacobian" if gradient else "objective", lstm_input(layers, chars)),
+                "main_params", "extra_params", "state", "sequence")
 
 
-# (problem, what is computed, make): make(J) gives (function, arguments), built from nothing.
+# (problem, what is computed, make): make(J) gives (function, arguments), built from nothing;
+# make.gradbench: GradBench's (eval, function, input) on the same arrays, for its tools.
 CASES = [
     ("kmeans dir k=100 n=10^4 d=16, |p-c|^2 by differences", "grad / Hessian diagonal",
      _kmeans(kmeans_cost, 10_000, 100, 16)),
@@ -193,7 +216,7 @@ def agree(got, want, rtol: float = 1e-8) -> tuple[float, float]:
         assert a.shape == b.shape, (a.shape, b.shape)
         norm = max(norm, float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)))
         largest = max(largest, float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)))
-    assert norm <= rtol, f"symgrad and JAX disagree: relative difference {norm:.3g} (2-norm)"
+    assert norm <= rtol, f"results disagree: relative difference {norm:.3g} (2-norm)"
     return norm, largest
 
 
@@ -212,3 +235,66 @@ def timed(per_call, fn, *args) -> float:
             once = min(once, time.perf_counter() - start)
         return once
     return per_call(fn, *args)
+
+
+# ---- GradBench's hand-written C++ (tools/manual): the limit column ---------------------------------
+
+MANUAL = "GradBench hand C++ (tools/manual)"
+MANUAL_MISSING = ("not measured: set GRADBENCH to a GradBench checkout (git clone "
+                  "https://github.com/gradbench/gradbench; make -C cpp, or nlohmann-json installed)")
+
+
+def checkout() -> tuple[Path, list[Path]] | None:
+    """$GRADBENCH and the include folders for tools/manual, or None where it is no GradBench checkout
+    (nlohmann's json.hpp: cpp/json.hpp, which GradBench's ``make -C cpp`` downloads, or the system's)."""
+    root = Path(os.environ["GRADBENCH"]) if os.environ.get("GRADBENCH") else None
+    if root is None or not (root / "tools/manual").is_dir() or not (root / "cpp/gradbench/main.hpp").is_file():
+        return None
+    system = Path("/usr/include/nlohmann")
+    if (root / "cpp/json.hpp").is_file():
+        return root, [root / "cpp"]
+    return (root, [root / "cpp", system]) if (system / "json.hpp").is_file() else None
+
+
+def manual_binary(root: Path, includes: list[Path], eval_name: str) -> Path:
+    """tools/manual/EVAL.cpp compiled as GradBench's cpp.py compiles a tool it runs (its Makefile with
+    NATIVE=yes, MULTITHREADED=no: single-threaded), into a cache folder outside the checkout; again
+    only when missing or older than its sources."""
+    sources = [root / f"tools/manual/{eval_name}.cpp", root / f"tools/manual/{eval_name}_d.hpp",
+               root / f"cpp/gradbench/evals/{eval_name}.hpp"]
+    binary = Path(tempfile.gettempdir()) / "symgrad-gradbench-manual" / eval_name
+    if binary.exists() and all(binary.stat().st_mtime >= s.stat().st_mtime for s in sources if s.exists()):
+        return binary
+    binary.parent.mkdir(exist_ok=True)
+    building = binary.with_suffix(f".{os.getpid()}")
+    subprocess.run(["g++", "-std=c++17", "-O3", "-march=native", "-Wno-unknown-pragmas",
+                    *(f"-I{folder}" for folder in includes), "-o", str(building), str(sources[0]), "-lm"],
+                   check=True, capture_output=True, text=True)
+    os.replace(building, binary)
+    return binary
+
+
+def run_manual(binary: Path, function: str, raw: dict, min_seconds: float = 1.0) -> tuple[object, float, float]:
+    """GradBench's output of ``binary FILE function`` on the input ``raw``, the seconds to its first
+    result (its prepare and first evaluate: not the JSON's parsing) and per call (the best of the
+    evaluates in ``min_seconds``)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+        json.dump({**raw, "min_runs": 1, "min_seconds": min_seconds}, file, default=np.ndarray.tolist)
+        file.flush()
+        lines = subprocess.run([str(binary), file.name, function], capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+    timings = [json.loads(line) for line in lines[1:]]
+    prepare = sum(t["nanoseconds"] for t in timings if t["name"] == "prepare")
+    evaluate = [t["nanoseconds"] for t in timings if t["name"] == "evaluate"]
+    return json.loads(lines[0]), (prepare + evaluate[0]) / 1e9, min(evaluate) / 1e9
+
+
+def manual_leaves(output, like) -> list[np.ndarray]:
+    """GradBench's output as the leaves of ``like`` (symgrad's result): its parts flattened in
+    order (a GMM gradient's in the arguments' order alpha, mu, q, l), cut to their shapes."""
+    parts = [output[name] for name in ("alpha", "mu", "q", "l")] if isinstance(output, dict) else [output]
+    flat = np.concatenate([np.ravel(np.asarray(part, dtype=float)) for part in parts])
+    shapes = [leaf.shape for leaf in leaves(like)]
+    assert flat.size == sum(int(np.prod(shape)) for shape in shapes), (flat.size, shapes)
+    ends = np.cumsum([int(np.prod(shape)) for shape in shapes])[:-1]
+    return [piece.reshape(shape) for piece, shape in zip(np.split(flat, ends), shapes, strict=True)]

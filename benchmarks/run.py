@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # JAX and CasADi too where installed: pip install -e ".[bench]"
     python benchmarks/run.py p1 p4      # some steps only: prints, leaves docs/performance.md alone
+    GRADBENCH=DIR python benchmarks/run.py   # DIR a GradBench checkout: its hand C++ in the gradbench step
 
 Times are the best of several repeats (per call) or one cold run (time to first result:
 build the formula, differentiate, compile, first call). symgrad compiles into a fresh
@@ -847,7 +848,8 @@ def recurrences() -> None:
 def gradbench() -> None:
     """GradBench's evaluations (benchmarks/gradbench.py: one JAX-style source, run under jax.numpy and
     symgrad.numpy): first result (build, trace, compile, first call; symgrad's compiles start from
-    the fresh cache directory) and per call, symgrad against jax.jit, results checked to agree."""
+    the fresh cache directory) and per call, symgrad against jax.jit, results checked to agree; and
+    against GradBench's hand-written C++ (its tools/manual, from $GRADBENCH) as the limit."""
     import warnings
 
     import gradbench as gb
@@ -860,9 +862,12 @@ def gradbench() -> None:
     symgrad_ns, jax_ns = gb.namespace("symgrad"), gb.namespace("jax") if HAVE["jax"] else None
     if jax_ns is not None:
         jax.block_until_ready(jax.jit(jax.grad(lambda x: jnp.sum(x * x)))(np.ones(3)))
+    manual = gb.checkout()
+    if manual is None:
+        ROWS.append(("gradbench", gb.MANUAL, "first result, per call", gb.MANUAL_MISSING, ""))
     for problem, what, make in gb.CASES:
         name = f"gradbench {problem}: {what}"
-        base = base_first = want = None
+        base = base_first = want = limit = seconds = None
         if jax_ns is not None:
             start = time.perf_counter()
             jf, args = make(jax_ns)
@@ -872,6 +877,8 @@ def gradbench() -> None:
             base = gb.timed(per_call, call)
             row(name, "JAX jax.jit", "first result", base_first, base_first, "s")
             row(name, "JAX jax.jit", "per call", base, base)
+        if manual is not None:
+            limit = hand_cpp(name, manual, make.gradbench, base_first, base)
         start = time.perf_counter()
         try:
             with warnings.catch_warnings(record=True) as caught:
@@ -899,7 +906,32 @@ def gradbench() -> None:
             norm, largest = gb.agree(canon(got), canon(want))
             ROWS.append((name, "symgrad vs JAX", "relative difference: 2-norm (asserted <= 1e-8); max entry",
                          f"{norm:.1e}; {largest:.1e}", ""))
+        if limit is not None:
+            output, limit_first, limit_call = limit
+            ratios = f"{t / limit_first:.2f}x" + (f"; {seconds / limit_call:.2f}x" if seconds else "")
+            ROWS.append((name, "symgrad sg.jit / hand C++", "first result; per call", "", ratios))
+            if make.gradbench[0] != "ba":  # ba's C++ output: the first observation's 30 entries and one weight's
+                norm, largest = gb.agree(gb.manual_leaves(output, got), got, 1e-6)
+                ROWS.append((name, "symgrad vs hand C++", "relative difference: 2-norm (asserted <= 1e-6); "
+                             "max entry", f"{norm:.1e}; {largest:.1e}", ""))
         print(f"gradbench: {name} done", file=sys.stderr, flush=True)
+
+
+def hand_cpp(name: str, manual, gradbench, base_first: float | None, base: float | None):
+    """Rows for GradBench's hand-written C++ on the case's input (``gradbench``: eval, function, input;
+    ``manual``: gradbench.checkout()); its (output, first result, per call), or None after an error."""
+    import gradbench as gb
+
+    eval_name, function, raw = gradbench
+    try:
+        output, first_result, call = gb.run_manual(gb.manual_binary(*manual, eval_name), function, raw)
+    except (OSError, subprocess.CalledProcessError) as error:
+        message = f"{type(error).__name__}: {getattr(error, 'stderr', None) or error}"
+        ROWS.append((name, gb.MANUAL, "error", message[:300].replace("\n", " "), ""))
+        return None
+    row(name, gb.MANUAL, "first result (prepare + first evaluate)", first_result, base_first)
+    row(name, gb.MANUAL, "per call", call, base)
+    return output, first_result, call
 
 
 def threshold() -> None:
