@@ -176,9 +176,7 @@ def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(monke
 
 
 def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
-    from symgrad.compile import loop_vm
-
-    from symgrad.compile import function
+    from symgrad.compile import function, loop_vm
 
     monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
     monkeypatch.setattr(function, "C_TIER", False)
@@ -186,7 +184,7 @@ def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
         MemoryError("LLVM"))))
     salt = 5.0 + np.random.default_rng().random()
     f, x = _fresh_program(salt)
-    with pytest.warns(UserWarning, match=r"compiling a loop program failed \(MemoryError: LLVM\); it runs on the kernels"):
+    with pytest.warns(UserWarning, match=r"compiling a loop program failed \(MemoryError: LLVM\); it runs on the"):
         vg = sg.value_and_grad(f, [x]).ready()
     v = np.linspace(-1.0, 1.0, 50)
     assert vg.backend == "vm" and vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)

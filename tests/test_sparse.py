@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
+from symgrad.compile import c_backend, cache, sparse_loops
 from symgrad.expr.node import TracingError
 from symgrad.expr.sparsity import dependencies
 
@@ -495,3 +496,40 @@ def test_sparse_patterns_stay_sparse(make, n, args):
     (sparse,) = f._sparse_rolled.values()
     assert isinstance(M, scipy.sparse.csr_matrix) and sparse.dense is None
     assert "pattern dense" not in f.explain()
+
+
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 120), st.booleans(), st.integers(0, 2**32 - 1))
+def test_the_c_sparse_loops_give_numbas_bits(size, m, wide, seed):
+    """The assembly and colouring in C (built where a compiler is found) against Numba's loops and
+    NumPy: the same sums in the same order, the same colours."""
+    rng = np.random.default_rng(seed)
+    kind = np.int64 if wide else np.int32
+    positions, sources = rng.integers(0, size, m).astype(kind), rng.integers(0, 2 * m + 1, m).astype(kind)
+    values = rng.normal(size=2 * m + 1) * 10.0 ** rng.integers(-8, 8, 2 * m + 1)
+    numba_loops, c_loops = cache.load("sparse_loops_v1", sparse_loops._SOURCE), sparse_loops._c_library()
+    want = np.bincount(positions, values[sources], minlength=size)
+    for loops in (numba_loops, c_loops):
+        order, starts = loops.arrange(positions, sources, size)
+        got = loops.assemble(values, order, starts)
+        assert np.array_equal(order, numba_loops.arrange(positions, sources, size)[0])
+        assert np.allclose(got, want, rtol=1e-12, atol=0) and order.dtype == kind
+    assert np.array_equal(c_loops.assemble(values, order, starts), numba_loops.assemble(values, order, starts))
+    pattern = scipy.sparse.random(size, size, density=min(1.0, m / size ** 2), random_state=seed % 2**31,
+                                  format="csr")
+    columns = pattern.tocsc()
+    args = (pattern.indptr.astype(np.int64), pattern.indices.astype(np.int64), columns.indptr.astype(np.int64),
+            columns.indices.astype(np.int64), size)
+    assert np.array_equal(c_loops.colour(*args), numba_loops.colour(*args))
+
+
+def test_an_assembly_refuses_values_it_would_read_past():
+    from symgrad.compile.sparse_loops import Assembly
+
+    assembly = Assembly(np.array([0, 1]), np.array([0, 4]), 2)
+    assert assembly(np.arange(5.0)).tolist() == [0.0, 4.0]
+    with pytest.raises(ValueError, match="reads 5 values, got an array of shape"):
+        assembly(np.arange(4.0))
+    with pytest.raises(ValueError, match="positions and sources"):
+        Assembly(np.array([0, 2]), np.array([0, 1]), 2)

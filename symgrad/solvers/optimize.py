@@ -77,16 +77,17 @@ class Problem:
         """The sparse Hessian of ``sigma * f(x) + lam @ c(x)`` (without constraints, of ``sigma * f``)."""
         return self.l_hessian(x, sigma, lam if self.m else np.zeros(1), *self.args)  # (a rolled lam: 1 or more)
 
-    def ready(self) -> Problem:
-        """Wait until every function and derivative runs on its final compiled kernels (each first
-        runs on the loop VM while Numba compiles it in the background), and return the problem."""
+    def ready(self, backend: str | None = None) -> Problem:
+        """Wait until every function and derivative runs on its final compiled kernels, or on
+        ``backend``'s (each first runs on the loop VM or its C kernels while Numba compiles it in the
+        background: Compiled.ready), and return the problem."""
         for f in (self.value_and_grad, self.c):
             if f._last is not None:
-                f.compiled.ready()
+                f.compiled.ready(backend)
         for f in (self.c_jacobian, self.l_hessian):
             for s in f._sparse_rolled.values():
                 if s is not None:
-                    s.ready()
+                    s.ready(backend)
         return self
 
     def _evaluated(self, x: np.ndarray) -> tuple[float, np.ndarray]:

@@ -118,13 +118,14 @@ class RolledSparse:
             self.reverse = compile(symbolic.grad(total, [x]), t.inputs, [*t.params, *t.constants, *cts],
                                    self.backend)
 
-    def ready(self) -> RolledSparse:
-        """Wait until the kernels computing the entries run compiled by Numba (they start on the loop VM)."""
+    def ready(self, backend: str | None = None) -> RolledSparse:
+        """Wait until the kernels computing the entries run on their final compiled kernels, or on
+        ``backend``'s (they start on the loop VM or the C compiler's: Compiled.ready)."""
         if self.dense is not None:
             return self
         kernel = self.direct.compiled if self.direct is not None else self.product
         if kernel is not None:
-            kernel.ready()
+            kernel.ready(backend)
         return self
 
     def explain(self) -> str:
