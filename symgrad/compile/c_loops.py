@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -142,7 +143,7 @@ class _Kernel:
         self.extra_w = self.extra_iw = 0  # the sorts' scratch, after the kernel's own workspace
         self.counter = 0
         for line in parts.head:
-            self._table(ast.parse(line).body[0])
+            self._table(line)
         tree = ast.parse("\n".join(parts.body))
         body = self._block(tree.body, 1)
         names = [n for n in self.types if n not in self.views] + \
@@ -208,13 +209,15 @@ class _Kernel:
             raise NotImplementedError(f"the C backend cannot give {name} two shapes ({known.shape}, {shape})")
         self.views[name] = _View(ctype, shape)
 
-    def _table(self, node: ast.stmt) -> None:
-        """``TABLE0 = np.array([...], dtype=np.int64).reshape(shape)`` as a static array."""
-        call = node.value
-        values, shape = ast.literal_eval(call.func.value.args[0]), tuple(ast.literal_eval(call.args[0]))
-        name = node.targets[0].id
-        self.views[name] = _View("const long long", shape)
-        self.tables.append(f"static const long long {name}[] = {{{', '.join(map(str, values)) or '0'}}};")
+    def _table(self, line: str) -> None:
+        """``TABLE0 = np.array([...], dtype=np.int64).reshape(shape)`` (loop_source's form) as a static array,
+        its list of integers copied as text (parsing a bundle adjustment's tables took 0.5 s)."""
+        name, rest = line.split(" = np.array([", 1)
+        values, shape = rest.split("], dtype=np.int64).reshape(", 1)
+        if not name.isidentifier() or not re.fullmatch(r"-?\d+(, -?\d+)*", values):
+            raise NotImplementedError(f"the C loops: a table line of another form: {line[:80]}")
+        self.views[name] = _View("const long long", tuple(ast.literal_eval(shape[:-1])))
+        self.tables.append(f"static const long long {name}[] = {{{values}}};")
 
     # ---- statements
     def _block(self, body: list[ast.stmt], depth: int) -> list[str]:
