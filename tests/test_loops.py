@@ -3,6 +3,7 @@ interpreter's."""
 
 import itertools
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -168,11 +169,37 @@ def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(monke
     assert first[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
     assert vg.ready("c").backend in ("c", "numba")
     on_c = vg(v)
-    assert vg.ready().backend == "numba"
-    on_numba = vg(v)
+    assert vg.ready().backend in ("c", "numba")  # (the faster on a sampled call: test below)
+    on_final = vg(v)
     reference = sg.value_and_grad(f, [x], backend="python")(v)
-    for got in (first, on_c, on_numba):
+    for got in (first, on_c, on_final):
         assert got[0] == pytest.approx(reference[0], rel=1e-13) and np.allclose(got[1], reference[1], rtol=1e-13)
+
+
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+@pytest.mark.parametrize("numba_faster", [False, True])
+def test_numbas_kernels_replace_the_c_ones_only_where_faster_on_a_sampled_call(monkeypatch, numba_faster):
+    """The Numba tier is timed against the C kernels on the arguments of a call made on them (alternating,
+    the best of each), and kept only where 5% faster; no call's arguments are kept afterwards."""
+    from symgrad.compile import function, loop_vm
+
+    monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
+    salt = 9.0 + np.random.default_rng().random()
+    f, x = _fresh_program(salt)
+    v = np.linspace(-1.0, 1.0, 50)
+    gate = threading.Event()
+    function._worker("numba").submit(gate.wait)  # (Numba's tier waits until a call was made on the C kernels)
+    vg = sg.value_and_grad(f, [x])
+    assert vg.backend == "c"
+    vg(v)
+    assert vg._sample[0] is v
+    timed = function.Compiled._faster  # (timed as ever; the verdict forced)
+    monkeypatch.setattr(function.Compiled, "_faster", lambda self, point: (timed(self, point), numba_faster)[1])
+    gate.set()
+    assert vg.ready().backend == ("numba" if numba_faster else "c") and vg._sample is function._TIMED
+    vg(v)
+    assert vg._sample is function._TIMED
+    assert vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
 
 
 def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):

@@ -13,6 +13,7 @@ import functools
 import math
 import os
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,8 @@ TIERED = True
 C_TIER = True
 
 _EMPTY = np.empty(0)
+_TIMED = object()  # (a Compiled's sample once its tiers were compared: none kept)
+TIMED_CALLS, TIMING_SECONDS = 5, 0.2  # a tier's kernels timed on a sampled call: 2 to 5 calls each, ~0.2 s
 _empty = np.empty
 _ndarray, _F64 = np.ndarray, np.dtype(np.float64)
 # Rows per thread below which a batch or sum runs on the calling thread alone.
@@ -85,6 +88,7 @@ class Compiled:
         self._final: Any = None  # a Future of the kernels taking over last (tiered compilation)
         self._tiers: list[tuple[str, Any]] = []  # (backend, Future of its kernels taking over)
         self._rank = -1  # the tier running it
+        self._sample: Any = None  # a call's (x, p), kept while a tier may come: the C and Numba kernels timed on it
 
     @property
     def source(self) -> str:
@@ -121,6 +125,8 @@ class Compiled:
             x = _converted(x)
         if p is not _EMPTY and (type(p) is not _ndarray or p.dtype is not _F64):
             p = _converted(p)
+        if self._final is not None and self._sample is not _TIMED:
+            self._sample = (x, p)
         try:
             if out is not None:
                 value = self._point(x, p, out)
@@ -181,6 +187,8 @@ class Compiled:
                 warnings.warn(f"symgrad: compiling a loop program failed ({type(e).__name__}: {e}); "
                               "it runs on the kernels it has", stacklevel=1)
                 return False  # (not _final = None here: the Future may not be stored yet)
+            if backend == "numba" and self.backend == "c" and not self._faster(point):
+                return False  # (the C kernels stay: as fast or faster on this function)
             with _CHANGED:
                 if rank < self._rank:
                     return False
@@ -189,10 +197,36 @@ class Compiled:
                 self._point = point
             return True
 
-        self._tiers = [(backend, _worker(backend).submit(swap, rank, backend, make)) for rank, (backend, make) in
-                       enumerate(tiers)]
+        def last(rank: int, backend: str, make: Any) -> bool:
+            try:
+                return swap(rank, backend, make)
+            finally:
+                self._sample = _TIMED  # (no call's arguments kept past the last tier)
+
+        self._tiers = [(backend, _worker(backend).submit(last if rank == len(tiers) - 1 else swap, rank, backend,
+                                                         make)) for rank, (backend, make) in enumerate(tiers)]
         self._final = self._tiers[-1][1]
         return self
+
+    def _faster(self, point: Any) -> bool:
+        """Whether the kernel ``point`` runs a call sampled from the running ones at least 5% faster than
+        the running kernel (the best of a few timed calls each, alternating; no sample: yes). Numba's
+        loops win where they call BLAS or vectorise exp and log, the C compiler's on long scalar loops
+        (an LSTM's gradient: 92-104 ms a call against 111-119 ms)."""
+        sample, self._sample = self._sample, _TIMED
+        if sample is None or sample is _TIMED:
+            return True
+        best, out, start = [math.inf, math.inf], np.empty(self._n_out), time.perf_counter()  # (new, running)
+        try:
+            for k in range(2 * TIMED_CALLS):
+                began = time.perf_counter()
+                (point, self._point)[k % 2](*sample, out)
+                best[k % 2] = min(best[k % 2], time.perf_counter() - began)
+                if k % 2 and k >= 3 and time.perf_counter() - start > TIMING_SECONDS:
+                    break
+        except Exception:  # noqa: BLE001 (the sampled call failed, on either: the later tier, as without a sample)
+            return True
+        return best[0] < 0.95 * best[1]
 
     def _shaped(self, data: np.ndarray) -> Any:
         return data.reshape(self.shape) if self._pattern is None else _csr(data, self._pattern)
