@@ -937,6 +937,66 @@ def hand_cpp(name: str, manual, gradbench, base_first: float | None, base: float
     return output, first_result, call
 
 
+COLD_SCRIPT = """
+import sys, time
+start = time.perf_counter()
+sys.path.insert(0, {here!r})
+tool, case = sys.argv[1], int(sys.argv[2])
+import numpy as np
+if case < 0:  # the sparse Hessian of the chained Rosenbrock, n = 10**5
+    w = np.linspace(-1.0, 1.5, 10**5)
+    if tool == "symgrad":
+        import symgrad as sg
+        begun = time.perf_counter()
+        sg.hessian(lambda x: np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2), sparse=True)(w)
+    else:
+        import casadi as ca
+        begun = time.perf_counter()
+        x = ca.SX.sym("x", w.size)
+        f = ca.sum1(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+        ca.Function("h", [x], [ca.hessian(f, x)[0]])(w)
+else:
+    import gradbench as gb
+    J = gb.namespace(tool)  # (imports jax or symgrad)
+    begun = time.perf_counter()
+    f, args = gb.CASES[case][2](J)
+    result = f(*args)
+    if tool == "jax":
+        import jax
+        jax.block_until_ready(result)
+print(time.perf_counter() - begun, time.perf_counter() - start)
+"""
+
+
+def cold_start() -> None:
+    """First results as a new user meets them: each case in a fresh process with an empty symgrad cache
+    (the once-per-machine work included), from its imports and from its first line of symgrad / JAX /
+    CasADi code; GradBench's cases against jax.jit, the sparse Hessian at n = 10**5 against CasADi."""
+    import gradbench as gb
+
+    script = COLD_SCRIPT.format(here=str(Path(__file__).parent))
+    cases = [(f"gradbench {problem}: {what}", k, "jax") for k, (problem, what, _) in enumerate(gb.CASES)]
+    cases.append(("sparse Hessian, Rosenbrock n=100000", -1, "casadi"))
+    for name, k, peer in cases:
+        times = {}
+        for tool in (peer, "symgrad"):
+            if tool != "symgrad" and not HAVE[tool]:
+                continue
+            env = dict(os.environ, SYMGRAD_CACHE_DIR=tempfile.mkdtemp(prefix="symgrad-cold-"))
+            out = subprocess.run([sys.executable, "-c", script, tool, str(k)], capture_output=True, text=True,
+                                 env=env, timeout=900)
+            if out.returncode:
+                error = out.stderr[-300:].replace("\n", " ")
+                ROWS.append((name, f"{tool}, fresh process, empty cache", "error", error, ""))
+                continue
+            times[tool] = [float(t) for t in out.stdout.split()[-2:]]
+            base = times.get(peer, [None, None])
+            row(name, f"{tool}, fresh process, empty cache", "first result", times[tool][0], base[0], "s")
+            row(name, f"{tool}, fresh process, empty cache", "first result with imports", times[tool][1], base[1],
+                "s")
+        print(f"cold_start: {name} done", file=sys.stderr, flush=True)
+
+
 def threshold() -> None:
     """Around the auto threshold: Numba's compile against the VM's slower calls."""
     for n in (5, 15, 40):
@@ -1003,7 +1063,8 @@ def write(path: Path) -> str:
 if __name__ == "__main__":
     only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
     for step in (vm_warmup, p1, p2, p3, p4, p5, scalar_built, threshold, disk_cache, traced, sparse_hessian,
-                 collocation, bounded, import_time, rolled, numpy_code, recurrences, gradbench, distributed):
+                 collocation, bounded, import_time, rolled, numpy_code, recurrences, gradbench, cold_start,
+                 distributed):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)
