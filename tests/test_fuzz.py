@@ -267,7 +267,8 @@ def test_fuzz_numba_loops(seed):
 @pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
 def test_fuzz_c_loops():
     """Programs on the C loops (c_loops.py: the loop kernel translated to C, built by the system compiler,
-    0.1-0.3 s each), every 4th with an extra transform."""
+    0.1-0.3 s each), every 4th with an extra transform, every other one split into pieces in files of
+    their own (built at once, linked)."""
     stats: dict = {}
     found = fuzz.run(programs=30, seed=41, backends=("python", "c"), extras_every=4, element_every=0,
                      minimise_seconds=10, stats=stats)

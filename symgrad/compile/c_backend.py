@@ -21,6 +21,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +124,9 @@ def _private() -> Path:
     return Path(tempfile.mkdtemp(prefix="symgrad-c-"))
 
 
-def build(text: str, stem: str) -> Path:
-    """The shared object of the C file ``text`` (compiled now, or found built from the same text and
-    compiler before).
+def build(text: str, stem: str, others: Sequence[str] = ()) -> Path:
+    """The shared object of the C file ``text`` and any ``others`` it calls (compiled now, at once on
+    this machine's cores, and linked; or found built from the same texts and compiler before).
 
     >>> build("double one(void) { return 1.0; }", "doc").suffix
     '.so'
@@ -132,22 +134,35 @@ def build(text: str, stem: str) -> Path:
     path, version = compiler()
     options = flags()
     host = _host() if options != FLAGS else ""
-    key = hashlib.sha256("\0".join((text, path, version, host, *options)).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join((text, *others, path, version, host, *options)).encode()).hexdigest()[:32]
     folder = _folder()
     target = folder / f"{stem}-{key}.so"
     with _LOCK:
         if target.is_file() and not target.is_symlink():
             return target
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            source, built = Path(tmp) / f"{stem}.c", Path(tmp) / f"{stem}.so"
-            source.write_text(text, encoding="utf-8")
-            run = subprocess.run([path, *options, "-o", str(built), str(source), "-lm"], capture_output=True,
-                                 text=True, check=False)
-            if run.returncode != 0:
-                raise CompilerError(f"{path} failed on symgrad's generated C ({stem}.c): "
-                                    f"{' '.join(run.stderr.split())[:400]}")
+            sources = [Path(tmp) / f"{stem}{'' if k == 0 else f'_{k}'}.c" for k in range(1 + len(others))]
+            for source, content in zip(sources, (text, *others), strict=True):
+                source.write_text(content, encoding="utf-8")
+            built = Path(tmp) / f"{stem}.so"
+            if others:  # (each file an object of its own, built in parallel, then linked)
+                compile_only = [o for o in options if o != "-shared"]
+                with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                    runs = list(pool.map(lambda c: _run([path, *compile_only, "-c", "-o", str(c.with_suffix(".o")),
+                                                         str(c)], c.name), sources))
+                runs.append(_run([path, "-shared", "-o", str(built), *(str(c.with_suffix(".o")) for c in sources),
+                                  "-lm"], f"{stem}.so"))
+            else:
+                _run([path, *options, "-o", str(built), str(sources[0]), "-lm"], sources[0].name)
             os.replace(built, target)
     return target
+
+
+def _run(command: list[str], name: str) -> None:
+    run = subprocess.run(command, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise CompilerError(f"{command[0]} failed on symgrad's generated C ({name}): "
+                            f"{' '.join(run.stderr.split())[:400]}")
 
 
 def _arrays(*arrays: np.ndarray) -> None:
@@ -167,13 +182,14 @@ def c_kernels(program: Program, roots: Any = None) -> Kernels:
 def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     """The C kernels of the rolled ``program``: its loops as C (c_loops.py), built (or loaded) on first use."""
     parts = program.parts
-    kernel = c_loops.loop_c(parts)
+    kernel, pieces = c_loops.loop_c_pieces(parts, min(os.cpu_count() or 1, 8))
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
-    return _kernels(text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork))
+    return _kernels(text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
 
 
-def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None) -> Kernels:
+def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None,
+             others: Sequence[str] = ()) -> Kernels:
     """point / batch / total over the C file ``text``: a straight-line program's, or (``scratch``: the floats
     and integers of workspace each call takes) a loop kernel's, whose calls also take a status (an index
     out of bounds raises IndexError, as the Numba loops)."""
@@ -182,7 +198,7 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
 
     @functools.cache
     def library() -> Any:
-        lib = ctypes.CDLL(str(build(text, stem)))
+        lib = ctypes.CDLL(str(build(text, stem, others)))
         lib.sg_point.argtypes, lib.sg_point.restype = (_c, _c, _c, *extra), _d
         lib.sg_batch.argtypes, lib.sg_batch.restype = (_c, _c, _ll, _c, _c, _ll, _ll, *extra), None
         lib.sg_total.argtypes, lib.sg_total.restype = (_c, _c, _c, _ll, _ll, _c, *extra), None

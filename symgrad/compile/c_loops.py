@@ -23,12 +23,12 @@ import ast
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from symgrad.compile import c_functions
+from symgrad.compile import c_functions, pieces
 from symgrad.compile.c_source import PRELUDE, Layout, _ToC, casadi, check_name, flat, header, literal, nonzeros
 from symgrad.compile.loop_source import KernelParts
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 from symgrad.expr.ops import OPS
 
 INT, DOUBLE = c_functions.INT, c_functions.DOUBLE
+_ARGUMENTS = ("x", "p", "out", "work", "iwork", "sc", "si")
 
 LOOP_PRELUDE = """static inline long long sg_imax(long long a, long long b) { return a > b ? a : b; }
 static inline long long sg_imin(long long a, long long b) { return a < b ? a : b; }
@@ -131,13 +132,15 @@ class _Kernel:
     """The C lines of one loop kernel (``parts``): its declarations first (every name at the top, as
     Python's function scope), then its statements."""
 
-    def __init__(self, parts: KernelParts) -> None:
+    def __init__(self, parts: KernelParts, spills: tuple[int, int] = (0, 0)) -> None:
         self.parts = parts
         self.views: dict[str, _View] = {"x": _View("const double", (parts.nx,)),
                                         "p": _View("const double", (parts.n_p,)),
                                         "out": _View("double", (parts.n_out,)),
                                         "work": _View("double", (parts.work,)),
-                                        "iwork": _View("long long", (0,))}
+                                        "iwork": _View("long long", (0,)),
+                                        "sc": _View("double", (spills[0],)),  # (a piece's scalars from and
+                                        "si": _View("long long", (spills[1],))}  # for the others)
         self.types: dict[str, str] = {}
         self.tables: list[str] = []
         self.extra_w = self.extra_iw = 0  # the sorts' scratch, after the kernel's own workspace
@@ -147,7 +150,7 @@ class _Kernel:
         tree = ast.parse("\n".join(parts.body))
         body = self._block(tree.body, 1)
         names = [n for n in self.types if n not in self.views] + \
-            [n for n in self.views if n not in ("x", "p", "out", "work", "iwork") and not n.startswith("TABLE")]
+            [n for n in self.views if n not in _ARGUMENTS and not n.startswith("TABLE")]
         decls = [f"    {self.types[n]} {n} = 0;" if n in self.types else f"    {self.views[n].ctype}* {n} = 0;"
                  for n in names]
         read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -375,15 +378,68 @@ def loop_c(parts: KernelParts) -> LoopC:
     }
     """
     kernel = _Kernel(parts)
-    used = {n for n in c_functions.NAMES if any(f"special.{n}(" in line for line in parts.body)}
-    sorts = [SORT] if any("sg_argsort(" in line for line in kernel.body) else []
-    head = [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *sorts, *c_functions.definitions(used, helpers=False),
-            *kernel.tables]
     signature = ("static double sg_kernel(const double* x, const double* p, double* out, double* work,\n"
                  "                        long long* iwork, int* status) {")
     unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status;"
-    text = "\n".join([*head, signature, *kernel.decls, unused, *kernel.body, "}", ""])
+    text = "\n".join([*_head(kernel.body, parts.body, kernel.tables), signature, *kernel.decls, unused,
+                      *kernel.body, "}", ""])
     return LoopC(text, parts.work + kernel.extra_w, kernel.extra_iw)
+
+
+def _head(lines: Sequence[str], body: Sequence[str], tables: Sequence[str]) -> list[str]:
+    """A file's lines before its functions (their C ``lines``, from the Python ``body``): the prelude, the
+    helpers and special functions they call, and ``tables``."""
+    used = {n for n in c_functions.NAMES if any(f"special.{n}(" in line for line in body)}
+    sorts = [SORT] if any("sg_argsort(" in line for line in lines) else []
+    return [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *sorts, *c_functions.definitions(used, helpers=False),
+            *tables]
+
+
+def loop_c_pieces(parts: KernelParts, files: int) -> tuple[LoopC, list[str]]:
+    """The loop kernel ``parts`` as ``loop_c`` gives it, its body cut into the pieces of Numba's split
+    kernel (pieces.py: whole top-level statements, the scalars one piece leaves to a later one in ``sc`` and
+    ``si``) when it is longer than ``pieces.SPLIT_LINES``, each piece a function of its own in one of
+    ``files`` further C files, so a compiler can build them at once (an LSTM's gradient, 8000 lines: 4.3 s
+    in one file). The pieces run in turn; their sorts share the scratch after the workspace.
+
+    >>> import symgrad as sg
+    >>> from symgrad.compile import pieces
+    >>> from symgrad.compile.loop_source import parts
+    >>> x, i = sg.array("x", 3), sg.index("i", 3)
+    >>> with pieces.sized(0, 2):
+    ...     kernel, files = loop_c_pieces(parts([sg.sum(x[i] ** 2, i), sg.tensor(x[i] * 2.0, i)], [x]), 2)
+    >>> len(files), "sg_piece0(x, p, out, work, iwork, status, sc, si);" in kernel.text
+    (2, True)
+    """
+    if len(parts.body) <= pieces.SPLIT_LINES:
+        return loop_c(parts), []
+    bodies, floats, ints = pieces.split(list(parts.body), set(parts.integers))
+    arguments = ("const double* x, const double* p, double* out, double* work, long long* iwork, int* status, "
+                 "double* sc, long long* si")
+    kernels = [_Kernel(replace(parts, body=tuple(body)), (floats, ints)) for body in bodies]
+    functions = []
+    for k, (body, kernel) in enumerate(zip(bodies, kernels, strict=True)):
+        unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status; (void)sc; (void)si;"
+        functions.append((body, kernel, [f"double sg_piece{k}({arguments}) {{", *kernel.decls, unused,
+                                         *kernel.body, "}", ""]))
+    groups: list[list] = [[] for _ in range(min(files, len(functions)))]
+    for function in sorted(functions, key=lambda f: -len(f[2])):  # (the longest first, to the lightest file)
+        min(groups, key=lambda g: sum(len(f[2]) for f in g)).append(function)
+    texts = []
+    for group in groups:
+        lines = [line for _, _, function in group for line in function]
+        read = set(re.findall(r"\bTABLE\d+\b", "\n".join(lines)))
+        tables = [t for t in kernels[0].tables if t.split("[", 1)[0].split()[-1] in read]
+        texts.append("\n".join([*_head(lines, [line for b, _, _ in group for line in b], tables), *lines]))
+    prototypes = [f"double sg_piece{k}({arguments});" for k in range(len(bodies))]
+    calls = [f"    sg_piece{k}(x, p, out, work, iwork, status, sc, si);" for k in range(len(bodies) - 1)]
+    text = "\n".join([PRELUDE, *prototypes,
+                      "static double sg_kernel(const double* x, const double* p, double* out, double* work,",
+                      "                        long long* iwork, int* status) {",
+                      f"    double sc[{max(floats, 1)}];", f"    long long si[{max(ints, 1)}];", *calls,
+                      f"    return sg_piece{len(bodies) - 1}(x, p, out, work, iwork, status, sc, si);", "}", ""])
+    extra_w, extra_iw = max(k.extra_w for k in kernels), max(k.extra_iw for k in kernels)
+    return LoopC(text, parts.work + extra_w, extra_iw), texts
 
 
 def kernel_source(kernel: LoopC, parts: KernelParts) -> str:

@@ -88,7 +88,7 @@ class Compiled:
         self._final: Any = None  # a Future of the kernels taking over last (tiered compilation)
         self._tiers: list[tuple[str, Any]] = []  # (backend, Future of its kernels taking over)
         self._rank = -1  # the tier running it
-        self._sample: Any = None  # a call's (x, p), kept while a tier may come: the C and Numba kernels timed on it
+        self._sample: Any = None  # a call's (x, p) while a tier may come: the C and Numba kernels timed on it
 
     @property
     def source(self) -> str:

@@ -56,9 +56,9 @@ def run(programs: int | None = None, seed: int = 0, backends: tuple[str, ...] | 
         if "numba" in backends and (numba_every and n % numba_every == 0 or set(backends) <= {"python", "numba"}):
             use.append("numba")
         extras = (EXTRAS[(n // extras_every) % len(EXTRAS)],) if extras_every and n % extras_every == 0 else ()
-        # Every other program on numba splits its kernel into pieces of a few lines (pieces.py), so that
-        # the split kernels run the same programs as whole ones.
-        split = "numba" in use and (n // max(numba_every, 1)) % 2 == 1
+        # Every other program on numba or C splits its kernel into pieces of a few lines (pieces.py; the C
+        # pieces in files of their own), so that the split kernels run the same programs as whole ones.
+        split = ("numba" in use or "c" in use) and (n // max(numba_every, 1)) % 2 == 1
         with pieces.sized(0, 1 + n % 40) if split else contextlib.nullcontext():
             checker = _Checker(program, tuple(use), extras, element=bool(element_every) and n % element_every == 0)
             try:
