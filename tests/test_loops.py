@@ -217,7 +217,8 @@ def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
     assert vg.backend == "vm" and vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
     import pickle
 
-    assert pickle.loads(pickle.dumps(vg)).backend == "vm"
+    with pytest.warns(UserWarning, match="compiling a loop program failed"):  # (tiered again where it lands)
+        assert pickle.loads(pickle.dumps(vg)).ready().backend == "vm"
 
 
 def test_sums_down_columns_add_row_by_row_in_the_same_order():

@@ -13,10 +13,13 @@ from text it generated are ever loaded.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +46,7 @@ FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC")
 # multiply-adds, the roundings of the other backends. Objects are named by the CPU too (a cache
 # directory may be shared).
 NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off")
+TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 _LOCK = threading.Lock()
 _c, _ll, _d = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_double
 
@@ -52,12 +56,18 @@ class CompilerError(RuntimeError):
 
 
 def compiler() -> tuple[str, str]:
-    """The C compiler's path (``$CC``, else ``cc``) and its version line.
+    """The C compiler's path (``$CC``, else ``cc``; ``$CC`` may carry arguments: ``ccache gcc``) and its
+    version line.
 
     >>> path, version = compiler(); bool(path) and bool(version)
     True
     """
     return _compiler(os.environ.get("CC", "cc"))
+
+
+def _command() -> list[str]:
+    """The compiler's command: its path and the arguments ``$CC`` gives it."""
+    return [compiler()[0], *shlex.split(os.environ.get("CC", "cc"))[1:]]
 
 
 def available() -> bool:
@@ -74,30 +84,44 @@ def available() -> bool:
 
 
 @functools.cache
-def _compiler(name: str) -> tuple[str, str]:
-    path = shutil.which(name)
+def _compiler(setting: str) -> tuple[str, str]:
+    words = shlex.split(setting) or [""]
+    path = shutil.which(words[0])
     if path is None:
-        raise CompilerError(f"backend='c' needs a C compiler: none found as {name!r} ($CC, else cc); install one "
-                            "(gcc, clang) or use backend='numba'")
-    run = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+        raise CompilerError(f"backend='c' needs a C compiler: none found as {setting!r} ($CC, else cc); install "
+                            "one (gcc, clang) or use backend='numba'")
+    run = subprocess.run([path, *words[1:], "--version"], capture_output=True, text=True, check=False,
+                         timeout=TIMEOUT)
     return path, (run.stdout or run.stderr).splitlines()[0] if (run.stdout or run.stderr) else path
 
 
-@functools.cache
 def flags() -> tuple[str, ...]:
-    """The compiler's flags: FLAGS, and NATIVE where the compiler takes them without a word.
+    """The compiler's flags: FLAGS, and the most of NATIVE it takes without a word (clang has no
+    -fvect-cost-model; a cross compiler no -march=native).
 
     >>> flags()[:2]
     ('-std=c99', '-O2')
     """
-    path, _ = compiler()
+    return _flags(tuple(_command()))
+
+
+@functools.cache
+def _flags(command: tuple[str, ...]) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "probe.c"
         source.write_text("double sg_probe(const double* a, int n) { double s = 0; for (int i = 0; i < n; ++i) "
                           "s += a[i] * a[i]; return s; }\n")
-        run = subprocess.run([path, *FLAGS, *NATIVE, "-o", str(Path(tmp) / "probe.so"), str(source)],
-                             capture_output=True, text=True, check=False)
-    return (*FLAGS, *NATIVE) if run.returncode == 0 and not run.stderr.strip() else FLAGS
+        probe = [*FLAGS, "-o", str(Path(tmp) / "probe.so"), str(source)]
+        clang = tuple(f for f in NATIVE if f != "-fvect-cost-model=dynamic")
+        for native in (NATIVE, clang, ("-ffp-contract=off",)):
+            try:
+                run = subprocess.run([*command, *native, *probe], capture_output=True, text=True, check=False,
+                                     timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                break
+            if run.returncode == 0 and not run.stderr.strip():
+                return (*FLAGS, *native)
+    return FLAGS
 
 
 @functools.cache
@@ -121,7 +145,9 @@ def _folder() -> Path:
 
 @functools.cache
 def _private() -> Path:
-    return Path(tempfile.mkdtemp(prefix="symgrad-c-"))
+    folder = Path(tempfile.mkdtemp(prefix="symgrad-c-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def build(text: str, stem: str, others: Sequence[str] = ()) -> Path:
@@ -132,13 +158,15 @@ def build(text: str, stem: str, others: Sequence[str] = ()) -> Path:
     '.so'
     """
     path, version = compiler()
-    options = flags()
-    host = _host() if options != FLAGS else ""
-    key = hashlib.sha256("\0".join((text, *others, path, version, host, *options)).encode()).hexdigest()[:32]
+    command, options = _command(), flags()
+    host = _host() if "-march=native" in options else ""
+    key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
     folder = _folder()
     target = folder / f"{stem}-{key}.so"
     with _LOCK:
         if target.is_file() and not target.is_symlink():
+            with contextlib.suppress(OSError):
+                os.utime(target)  # (used: the cache's eviction goes by last use)
             return target
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             sources = [Path(tmp) / f"{stem}{'' if k == 0 else f'_{k}'}.c" for k in range(1 + len(others))]
@@ -148,26 +176,53 @@ def build(text: str, stem: str, others: Sequence[str] = ()) -> Path:
             if others:  # (each file an object of its own, built in parallel, then linked)
                 compile_only = [o for o in options if o != "-shared"]
                 with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-                    runs = list(pool.map(lambda c: _run([path, *compile_only, "-c", "-o", str(c.with_suffix(".o")),
-                                                         str(c)], c.name), sources))
-                runs.append(_run([path, "-shared", "-o", str(built), *(str(c.with_suffix(".o")) for c in sources),
-                                  "-lm"], f"{stem}.so"))
+                    list(pool.map(lambda c: _run([*command, *compile_only, "-c", "-o", str(c.with_suffix(".o")),
+                                                  str(c)], c.name), sources))
+                _run([*command, "-shared", "-o", str(built), *(str(c.with_suffix(".o")) for c in sources), "-lm"],
+                     f"{stem}.so")
             else:
-                _run([path, *options, "-o", str(built), str(sources[0]), "-lm"], sources[0].name)
+                _run([*command, *options, "-o", str(built), str(sources[0]), "-lm"], sources[0].name)
             os.replace(built, target)
+    numba_folder = cache.cache_dir()
+    if numba_folder is not None and folder == numba_folder.parent / "c":
+        cache.wrote(numba_folder)  # (the size limit counts both)
     return target
 
 
 def _run(command: list[str], name: str) -> None:
-    run = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, check=False, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CompilerError(f"{command[0]} took over {TIMEOUT} s on symgrad's generated C ({name})") from None
     if run.returncode != 0:
-        raise CompilerError(f"{command[0]} failed on symgrad's generated C ({name}): "
-                            f"{' '.join(run.stderr.split())[:400]}")
+        said = " ".join((run.stderr or run.stdout).split())[:400] or "no message"
+        raise CompilerError(f"{command[0]} failed (exit status {run.returncode}) on symgrad's generated C "
+                            f"({name}): {said}")
+
+
+def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
+    """The loaded shared object of ``build(text, stem, others)``; a cached one that does not load (cut short,
+    say) is built again once; CompilerError where it still does not (a cache directory mounted noexec).
+
+    >>> load("double one(void) { return 1.0; }", "doc").one is not None
+    True
+    """
+    for attempt in range(2):
+        target = build(text, stem, others)
+        try:
+            return ctypes.CDLL(str(target))
+        except OSError as e:
+            if attempt:
+                raise CompilerError(f"the C compiler's shared object does not load ({e}): a cache directory "
+                                    "mounted noexec? ($SYMGRAD_CACHE_DIR)") from None
+            with contextlib.suppress(OSError):
+                target.unlink()
+    raise AssertionError("unreachable")
 
 
 def _arrays(*arrays: np.ndarray) -> None:
     for a in arrays:
-        if a.dtype != np.float64 or not a.flags.c_contiguous:
+        if type(a) is not np.ndarray or a.dtype != np.float64 or not a.flags.c_contiguous:
             raise TypeError("symgrad: the c backend takes C-contiguous float64 arrays")
 
 
@@ -198,7 +253,10 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
 
     @functools.cache
     def library() -> Any:
-        lib = ctypes.CDLL(str(build(text, stem, others)))
+        lib = load(text, stem, others)
+        if not hasattr(lib, "sg_point"):
+            raise CompilerError(f"{compiler()[0]} built C without its names (sg_point): a C++ compiler? Set $CC "
+                                "to a C compiler")
         lib.sg_point.argtypes, lib.sg_point.restype = (_c, _c, _c, *extra), _d
         lib.sg_batch.argtypes, lib.sg_batch.restype = (_c, _c, _ll, _c, _c, _ll, _ll, *extra), None
         lib.sg_total.argtypes, lib.sg_total.restype = (_c, _c, _c, _ll, _ll, _c, *extra), None

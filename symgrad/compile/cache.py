@@ -273,9 +273,19 @@ def _store(path: Path, text: str) -> None:
     if path.is_dir() and not path.is_symlink():
         raise IsADirectoryError(f"{path} is a directory")
     _write_atomic(path, text)
+    wrote(path.parent)
+
+
+def wrote(folder: Path) -> None:
+    """Count one more file written to the cache ``folder`` (or to its C objects beside it): every
+    ``_EVICT_EVERY`` files, a pass evicting the least recently used past ``$SYMGRAD_CACHE_SIZE``.
+
+    >>> import tempfile, pathlib
+    >>> wrote(pathlib.Path(tempfile.mkdtemp()))
+    """
     _STATE.written += 1
     if _STATE.written % _EVICT_EVERY == 1:
-        evict(path.parent, size_limit())
+        evict(folder, size_limit())
 
 
 @contextmanager
@@ -400,7 +410,8 @@ def typed(module: ModuleType, name: str, signature: tuple) -> Any:
 
 
 def evict(folder: Path, limit: int) -> int:
-    """Delete the least recently used programs in ``folder`` until it holds at most ``limit`` bytes.
+    """Delete the least recently used programs in ``folder`` (and the C objects beside a Numba cache
+    folder) until they hold at most ``limit`` bytes.
 
     One process evicts at a time (a lock file); the others skip the pass. A program being
     loaded elsewhere while its files go is recompiled there. Returns the bytes freed.
@@ -424,7 +435,8 @@ def evict(folder: Path, limit: int) -> int:
 
 def _evict(folder: Path, limit: int) -> int:
     entries: dict[str, list] = {}  # program name -> [last used, bytes, files]
-    for path in (*folder.glob("*.py"), *folder.glob("__pycache__/*")):
+    objects = folder.parent.glob("c/*.so") if folder.name.startswith("numba-") else ()  # (c_backend's)
+    for path in (*folder.glob("*.py"), *folder.glob("__pycache__/*"), *objects):
         try:
             st = path.lstat()
         except OSError:

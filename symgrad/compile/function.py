@@ -146,8 +146,7 @@ class Compiled:
         # the disk cache, or compiles them, exactly as a first compile would.
         # The interpreter's expressions travel as a sg.dumps document, checked where they land (a loop
         # program's are its own roots).
-        final = self._final  # (compiling: numba; failed: the VM it runs on)
-        backend = "numba" if final is not None and (not final.done() or final.result()) else self.backend
+        backend = "auto" if self._tiers else self.backend  # (tiered: tiered again where it lands)
         roots = None if self._roots is None or isinstance(self.program, LoopProgram) else dumps(self._roots)
         return _unpickled, (self.program, backend, self.shape, self._pattern, roots)
 
@@ -161,6 +160,8 @@ class Compiled:
         >>> sg.compile(x * x, [x], backend="vm").ready().backend
         'vm'
         """
+        if backend is not None and backend not in BACKENDS[1:]:
+            raise ValueError(f"ready(): backend must be None or one of {BACKENDS[1:]}, got {backend!r}")
         for tier, future in self._tiers:
             if backend is None or tier == backend:
                 future.result()
@@ -489,7 +490,11 @@ def _make(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
 
 def _made(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tuple,
           returns_value: bool, pattern: tuple | None) -> Compiled:
-    program = lower(roots, inputs, params, returns_value=returns_value)
+    return _on(lower(roots, inputs, params, returns_value=returns_value), backend, shape, pattern, roots)
+
+
+def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roots: list[Expr] | None) -> Compiled:
+    """``program``'s Compiled on ``backend``, "auto" choosing (and tiering a loop program)."""
     if backend == "auto" and isinstance(program, LoopProgram):
         if TIERED and not numba_on_disk(program):
             return _tiered(program, shape, pattern)
@@ -497,25 +502,42 @@ def _made(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
     elif backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
     needs_roots = backend in REGISTRY["program"] and REGISTRY["program"][backend].needs_roots
-    return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
+    return _from_program(program, backend, shape, pattern, roots if needs_roots and roots else None)
 
 
 def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
     """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
     where they are compiled, else the C compiler's, in a fraction of a second), then the C compiler's
-    and Numba's as each is ready."""
-    c = C_TIER and c_backend.available()
+    and Numba's as each is ready. A C compiler that fails (or whose objects do not load) is warned of
+    once and not used again in this process."""
+    c = C_TIER and not _C_FAILED and c_backend.available()
     numba_tier = ("numba", lambda: program.kernels("numba"))
     if loop_vm.at_hand() or (program.split and not c):  # (a long program compiles for minutes in Numba:
         # the VM's own first compile, seconds, is worth it then)
-        tiers = [("c", lambda: program.kernels("c"))] if c else []
+        tiers = [("c", lambda: _c_kernels(program))] if c else []
         return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*tiers, numba_tier)
     if c:
         try:
-            return Compiled(program, program.kernels("c"), shape, pattern)._upgrade(numba_tier)
-        except c_backend.CompilerError as e:
-            warnings.warn(f"symgrad: {e}; it runs on Numba", stacklevel=1)
+            return Compiled(program, _c_kernels(program), shape, pattern)._upgrade(numba_tier)
+        except c_backend.CompilerError:
+            pass  # (warned)
     return _from_program(program, "numba", shape, pattern, None)
+
+
+_C_FAILED: list[str] = []  # the C compiler's first failure in this process: the C tier is left out after it
+
+
+def _c_kernels(program: LoopProgram) -> Kernels:
+    """The C kernels of ``program``, built; a failure warned of once (the tier is then left out)."""
+    try:
+        kernels = program.kernels("c")
+        kernels.kernel("point")
+        return kernels
+    except c_backend.CompilerError as e:
+        if not _C_FAILED:
+            _C_FAILED.append(str(e))
+            warnings.warn(f"symgrad: {e}; compiled code comes from Numba instead (in this process)", stacklevel=2)
+        raise
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
@@ -526,7 +548,10 @@ def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple |
 
 
 def _unpickled(program: Program, backend: str, shape: tuple, pattern: tuple | None, roots: str | None) -> Compiled:
-    """A pickled Compiled: the interpreter's expressions (if any) loaded by sg.loads, which checks them."""
+    """A pickled Compiled: the interpreter's expressions (if any) loaded by sg.loads, which checks them; a
+    tiered one ("auto") tiered again where it lands (the disk cache's kernels, or the first ones at once)."""
+    if backend == "auto":
+        return _on(program, "auto", shape, pattern, None)
     return _from_program(program, backend, shape, pattern, None if roots is None else loads(roots))
 
 

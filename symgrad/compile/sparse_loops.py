@@ -131,10 +131,10 @@ def _c_library() -> Any:
     if not c_backend.available():
         return None
     try:
-        lib = ctypes.CDLL(str(c_backend.build(_C_SOURCE, "sparse_loops")))
-    except (c_backend.CompilerError, OSError):
+        lib = c_backend.load(_C_SOURCE, "sparse_loops")
+    except c_backend.CompilerError:
         return None
-    return _CLoops(lib)
+    return _CLoops(lib) if hasattr(lib, "sg_assemble64") else None  # (no: a C++ compiler's names)
 
 
 class _CLoops:

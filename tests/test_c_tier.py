@@ -1,0 +1,100 @@
+"""The C compiler's tier of tiered compilation (compile/function.py, c_backend.py) where the compiler or its
+objects misbehave: a failing or C++ compiler, objects cut short in the cache or not loadable, a pickled
+function landing where there is no compiler, the cache's size limit, bad arguments on the C kernels."""
+
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad.compile import c_backend, cache, function, loop_vm
+
+pytestmark = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+
+
+def _fresh():
+    """A loop program no cache holds yet, its argument and its value there."""
+    salt = 1.0 + np.random.default_rng().random()
+    x, i = sg.array("x", 40), sg.index("i", 39)
+    v = np.linspace(-1.0, 1.0, 40)
+    f = sg.sum(salt * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2, i)
+    return f, x, v, float(np.sum(salt * (v[1:] - v[:-1] ** 2) ** 2 + (1 - v[:-1]) ** 2))
+
+
+@pytest.fixture
+def first_on_c(monkeypatch, tmp_path):
+    """A fresh cache, the loop VM not at hand (so the C kernels come first), no C failure seen yet."""
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
+    monkeypatch.setattr(function, "_C_FAILED", [])
+
+
+@pytest.mark.parametrize("cc", ["false", "g++"])
+def test_a_compiler_that_fails_or_writes_cpp_is_warned_of_once_and_numba_runs(first_on_c, monkeypatch, cc):
+    if shutil.which(cc) is None:
+        pytest.skip(f"no {cc}")
+    monkeypatch.setenv("CC", cc)
+    f, x, v, want = _fresh()
+    with pytest.warns(UserWarning, match=r"compiled code comes from Numba instead") as caught:
+        vg = sg.value_and_grad(f, [x])
+    assert vg.backend == "numba" and vg(v)[0] == pytest.approx(want, rel=1e-13)
+    assert "exit status 1" in str(caught[0].message) if cc == "false" else "C++ compiler" in str(caught[0].message)
+    g, y, w, want2 = _fresh()
+    vg2 = sg.value_and_grad(g, [y])  # (no second warning, no second try)
+    assert vg2.backend == "numba" and vg2(w)[0] == pytest.approx(want2, rel=1e-13)
+
+
+def test_an_object_cut_short_in_the_cache_is_built_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    text = "double sg_one(void) { return 1.0; }"
+    target = c_backend.build(text, "cut")  # (built, not loaded: a loaded object cut short would crash)
+    target.write_bytes(b"")
+    one = c_backend.load(text, "cut").sg_one
+    one.restype = c_backend.ctypes.c_double
+    assert one() == 1.0 and target.stat().st_size > 0
+
+
+def test_an_object_that_does_not_load_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(c_backend.ctypes, "CDLL", lambda path: (_ for _ in ()).throw(OSError("failed to map")))
+    with pytest.raises(c_backend.CompilerError, match="does not load .*noexec"):
+        c_backend.load("double sg_one(void) { return 1.0; }", "doc")
+
+
+def test_a_tiered_function_unpickles_tiered_even_where_no_compiler_is(first_on_c, monkeypatch):
+    f, x, v, want = _fresh()
+    vg = sg.value_and_grad(f, [x])
+    vg(v)
+    text = pickle.dumps(vg.ready())
+    monkeypatch.setenv("CC", "no-such-cc")
+    back = pickle.loads(text)
+    assert back.backend in ("vm", "numba") and back(v)[0] == pytest.approx(want, rel=1e-13)
+
+
+def test_the_c_kernels_name_a_bad_argument(first_on_c):
+    f, x, v, _ = _fresh()
+    vg = sg.value_and_grad(f, [x])
+    assert vg.backend == "c"
+    for bad in (None, "abc"):
+        with pytest.raises(TypeError, match="x: expected real numbers"):
+            vg(bad)
+    with pytest.raises(ValueError, match="ready\\(\\): backend must be"):
+        vg.ready("nmuba")
+
+
+def test_the_c_objects_count_toward_the_cache_size(first_on_c, tmp_path):
+    f, x, _, _ = _fresh()
+    sg.value_and_grad(f, [x])
+    folder = cache.cache_dir()
+    objects = list((tmp_path / "c").glob("*.so"))
+    assert objects and folder is not None
+    cache.evict(folder, 0)
+    assert not list((tmp_path / "c").glob("*.so"))
+
+
+def test_cc_may_carry_arguments(monkeypatch):
+    monkeypatch.setenv("CC", f"{shutil.which('cc')} -DSYMGRAD_PROBE=1")
+    assert c_backend._command()[1:] == ["-DSYMGRAD_PROBE=1"]
+    x = sg.Var("x")
+    assert sg.compile(x * x, [x], backend="c")([3.0]) == 9.0
