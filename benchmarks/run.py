@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # JAX and CasADi too where installed: pip install -e ".[bench]"
     python benchmarks/run.py p1 p4      # some steps only: prints, leaves docs/performance.md alone
+    python benchmarks/run.py gradbench cold_start --write   # ... and keeps them there, in a table of their own
     GRADBENCH=DIR python benchmarks/run.py   # DIR a GradBench checkout: its hand C++ in the gradbench step
 
 Times are the best of several repeats (per call) or one cold run (time to first result:
@@ -895,7 +896,7 @@ def gradbench() -> None:
         if t_c > t + 0.01:
             row(name, "symgrad sg.jit", "C kernels in (background)", t_c, base_first, "s")
         if t_final > t_c + 0.01:
-            row(name, "symgrad sg.jit", "Numba kernels in (background)", t_final, base_first, "s")
+            row(name, "symgrad sg.jit", "Numba compiled, the faster kept (background)", t_final, base_first, "s")
         for w in caught:
             ROWS.append((name, "symgrad sg.jit", "warning", str(w.message)[:300].replace("\n", " "), ""))
         path = f.explain().splitlines()[-1].split("->")[-1].strip().replace("rolled (whole arrays: loops), ", "")
@@ -1042,7 +1043,9 @@ def distributed() -> None:
     ROWS.append(("vg.sum over Dask chunks", "2-worker LocalCluster", "checks", "; ".join(scaling.NOTES), ""))
 
 
-def write(path: Path) -> str:
+def write(path: Path, section: str = "table") -> str:
+    """The rows as a table in ``path`` between ``<!-- section -->`` and ``<!-- /section -->`` (added at
+    the end the first time), with the machine they were measured on."""
     head = ("| problem | tool | metric | value | ratio |\n|---|---|---|---|---|\n")
     table = head + "\n".join("| " + " | ".join(r) + " |" for r in ROWS)
     machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
@@ -1050,7 +1053,7 @@ def write(path: Path) -> str:
                f"{sympy.__version__}" + (f", JAX {jax.__version__}" if HAVE["jax"] else "")
                + (f", CasADi {ca.__version__}" if HAVE["casadi"] else ""))
     text = path.read_text() if path.exists() else ""
-    start, end = "<!-- table -->", "<!-- /table -->"
+    start, end = f"<!-- {section} -->", f"<!-- /{section} -->"
     body = f"{start}\nMeasured on {machine}.\n\n{table}\n{end}"
     if start in text:
         text = text[: text.index(start)] + body + text[text.index(end) + len(end):]
@@ -1061,14 +1064,19 @@ def write(path: Path) -> str:
 
 
 if __name__ == "__main__":
-    only = sys.argv[1:]  # step names: run only these, print, leave docs/performance.md alone
+    # Step names: run only these and print their rows; with --write also keep them in docs/performance.md,
+    # in a table of their own (named by the steps). No names: every step, the main table.
+    only = [a for a in sys.argv[1:] if a != "--write"]
     for step in (vm_warmup, p1, p2, p3, p4, p5, scalar_built, threshold, disk_cache, traced, sparse_hessian,
                  collocation, bounded, import_time, rolled, numpy_code, recurrences, gradbench, cold_start,
                  distributed):
         if not only or step.__name__ in only:
             step()
             print(f"{step.__name__} done", file=sys.stderr)
-    if only:
-        print("\n".join("| " + " | ".join(r) + " |" for r in ROWS))
+    performance = Path(__file__).parent.parent / "docs" / "performance.md"
+    if not only:
+        print(write(performance))
+    elif "--write" in sys.argv:
+        print(write(performance, "table: " + " ".join(only)))
     else:
-        print(write(Path(__file__).parent.parent / "docs" / "performance.md"))
+        print("\n".join("| " + " | ".join(r) + " |" for r in ROWS))

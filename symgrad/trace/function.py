@@ -426,8 +426,29 @@ class Function:
             self._sums[key] = f
         return self._sums[key]
 
+    def ready(self, backend: str | None = None) -> Function:
+        """Wait until every compiled signature (sparse Jacobians and Hessians included) runs on its final
+        kernels, or on ``backend``'s (``Compiled.ready``: a new one starts on the loop VM or its C kernels
+        while the others compile in the background), and return the function.
+
+        >>> import numpy as np, symgrad as sg
+        >>> h = sg.hessian(lambda x: np.sum(x[1:] * x[:-1] ** 2), sparse=True)
+        >>> h(np.ones(300)).shape == h.ready()(np.ones(300)).shape
+        True
+        """
+        for trace in [t for ts in self._traces.values() for t in ts]:
+            if "compiled" in vars(trace):  # (compiled already: not compiled here)
+                trace.compiled.ready(backend)
+        for sparse in self._sparse_rolled.values():
+            if sparse is not None:
+                sparse.ready(backend)
+        return self
+
     def _latest(self) -> Trace:
         if self._last is None:
+            if any(s is not None for s in self._sparse_rolled.values()):
+                raise RuntimeError(f"{self.__name__} computes a rolled sparse matrix, which has no single trace: "
+                                   ".explain() says how it runs, .ready() waits for its compiled kernels")
             raise RuntimeError(f"{self.__name__} has not been traced yet: call it once, or use "
                                ".trace(*args) to trace it for given argument shapes")
         return self._last
