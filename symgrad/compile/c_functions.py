@@ -18,12 +18,29 @@ import ast
 import functools
 import inspect
 import textwrap
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from symgrad.compile import special
+
+# CPython's AST constructor keeps its recursion depth per interpreter, not per thread: two threads parsing
+# at once raise "SystemError: AST constructor recursion depth mismatch" (the C tier translates on a
+# thread of its own while the caller may export C): symgrad's parses of Python into C take turns.
+PARSING = threading.Lock()
+
+
+def parse(source: str, mode: str = "exec") -> ast.AST:
+    """``ast.parse`` under ``PARSING``.
+
+    >>> parse("1 + 2", mode="eval").body.op
+    <ast.Add object at 0x...>
+    """
+    with PARSING:
+        return ast.parse(source, mode=mode)
+
 
 _DOUBLE_CALLS = {**{f"math.{f}": f for f in ("sin", "cos", "tan", "exp", "log", "sqrt", "erf", "erfc", "floor",
                                               "copysign", "fabs", "expm1", "log1p", "lgamma")},
@@ -79,7 +96,7 @@ class _Function:
 
     def __init__(self, fn: Callable, name: str) -> None:
         self.fn, self.name = fn, name
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        tree = parse(textwrap.dedent(inspect.getsource(fn))).body[0]
         assert isinstance(tree, ast.FunctionDef)
         self.params = [a.arg for a in tree.args.args]
         self.types: dict[str, str] = dict.fromkeys(self.params, DOUBLE)

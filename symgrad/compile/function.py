@@ -502,15 +502,16 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
     elif backend == "auto":
         backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
     needs_roots = backend in REGISTRY["program"] and REGISTRY["program"][backend].needs_roots
-    return _from_program(program, backend, shape, pattern, roots if needs_roots and roots else None)
+    return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 
 
 def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
     """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
     where they are compiled, else the C compiler's, in a fraction of a second), then the C compiler's
-    and Numba's as each is ready. A C compiler that fails (or whose objects do not load) is warned of
-    once and not used again in this process."""
-    c = C_TIER and not _C_FAILED and c_backend.available()
+    and Numba's as each is ready: all with the same bits (the C loops call fastmath's exp and log as
+    Numba's do; a program calling BLAS has no C tier). A C compiler that fails (or whose objects do not
+    load) is warned of once and not used again in this process."""
+    c = C_TIER and not _C_FAILED and not _blas(program) and c_backend.available()
     numba_tier = ("numba", lambda: program.kernels("numba"))
     if loop_vm.at_hand() or (program.split and not c):  # (a long program compiles for minutes in Numba:
         # the VM's own first compile, seconds, is worth it then)
@@ -522,6 +523,12 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
         except c_backend.CompilerError:
             pass  # (warned)
     return _from_program(program, "numba", shape, pattern, None)
+
+
+def _blas(program: LoopProgram) -> bool:
+    """Whether the loops call BLAS (``np.dot``: the VM's and Numba's do, the C loops add in their own order):
+    such a program has no C tier, so that its tiers give the same bits."""
+    return any("np.dot(" in line for line in program.parts.body)
 
 
 _C_FAILED: list[str] = []  # the C compiler's first failure in this process: the C tier is left out after it
