@@ -19,7 +19,7 @@ def _background_compiles_end_with_their_test():
     dropped (their programs run on the VM: nobody calls them again), the one under way finishes inside
     the test that started it (not while a later test moves the cache folder)."""
     yield
-    from symgrad.compile import function
+    from symgrad.compile import tiers
 
-    function.drop_background_compiles()
-    function._compiles_done()
+    tiers.drop_background_compiles()
+    tiers.compiles_done()

@@ -421,7 +421,7 @@ def collocation() -> None:
     import collocation as cp
     from scipy.optimize import NonlinearConstraint
 
-    from symgrad.compile.function import _compiles_done
+    from symgrad.compile.tiers import compiles_done
     from symgrad.solvers import ipopt
 
     builds = ipopt.builds()
@@ -430,7 +430,7 @@ def collocation() -> None:
     name = f"cart-pole swing-up, collocation N={cp.N} ({5 * (cp.N + 1)} variables), IPOPT"
     rolled_ready("rosenbrock", 10, "vm")  # (compiled once per machine, as CasADi is installed: the loop VM, and
     assembly_ready()  # the sparse results' assembly)
-    _compiles_done()  # (the earlier steps' background compiles done: a quiet process)
+    compiles_done()  # (the earlier steps' background compiles done: a quiet process)
     start = time.perf_counter()
     problem = sg.optimize.Problem(cp.effort, [NonlinearConstraint(cp.defects, 0.0, 0.0)], cp.guess())
     setup = time.perf_counter() - start

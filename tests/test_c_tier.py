@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.compile import c_backend, cache, function, loop_vm
+from symgrad.compile import c_backend, cache, loop_vm, tiers
 
 pytestmark = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 
@@ -28,7 +28,7 @@ def first_on_c(monkeypatch, tmp_path):
     """A fresh cache, the loop VM not at hand (so the C kernels come first), no C failure seen yet."""
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
-    monkeypatch.setattr(function, "_C_FAILED", [])
+    monkeypatch.setattr(tiers, "C_FAILED", [])
 
 
 @pytest.mark.parametrize("cc", ["false", "g++"])

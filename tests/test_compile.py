@@ -278,13 +278,13 @@ def test_bad_call_arguments_are_named(backend, arg, error, match):
 def test_background_compiles_not_started_are_dropped():
     """At a test's end and at the interpreter's exit the queued background compiles are dropped: what
     they would have upgraded goes on running (on the VM), and no compile starts for it."""
-    from symgrad.compile import function
+    from symgrad.compile import tiers
 
     x = sg.Var("x")
     gate = threading.Event()
-    busy = function._worker("numba").submit(gate.wait)  # (the compile thread busy: the upgrade waits its turn)
+    busy = tiers.worker("numba").submit(gate.wait)  # (the compile thread busy: the upgrade waits its turn)
     c = sg.compile(x * x, [x], backend="vm")._upgrade(("numba", lambda: pytest.fail("a dropped compile ran")))
-    function.drop_background_compiles()
+    tiers.drop_background_compiles()
     gate.set()
     busy.result()
     assert c._final.result() is False and c.backend == "vm" and c(np.array([3.0])) == 9.0
@@ -293,7 +293,7 @@ def test_background_compiles_not_started_are_dropped():
 def test_a_script_ends_at_its_last_line_while_a_background_compile_runs():
     """A compile under way when a script ends (minutes for a big kernel, its result unused) is
     abandoned, not awaited: here one that would never finish, and the script exits at once, status 0."""
-    script = ("import threading; from symgrad.compile import function; "
-              "function._worker('numba').submit(threading.Event().wait); print('last line')")
+    script = ("import threading; from symgrad.compile import tiers; "
+              "tiers.worker('numba').submit(threading.Event().wait); print('last line')")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "last line", "")

@@ -181,14 +181,14 @@ def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(monke
 def test_numbas_kernels_replace_the_c_ones_only_where_faster_on_a_sampled_call(monkeypatch, numba_faster):
     """The Numba tier is timed against the C kernels on the arguments of a call made on them (alternating,
     the best of each), and kept only where 5% faster; no call's arguments are kept afterwards."""
-    from symgrad.compile import function, loop_vm
+    from symgrad.compile import function, loop_vm, tiers
 
     monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
     salt = 9.0 + np.random.default_rng().random()
     f, x = _fresh_program(salt)
     v = np.linspace(-1.0, 1.0, 50)
     gate = threading.Event()
-    function._worker("numba").submit(gate.wait)  # (Numba's tier waits until a call was made on the C kernels)
+    tiers.worker("numba").submit(gate.wait)  # (Numba's tier waits until a call was made on the C kernels)
     vg = sg.value_and_grad(f, [x])
     assert vg.backend == "c"
     vg(v)
@@ -203,10 +203,10 @@ def test_numbas_kernels_replace_the_c_ones_only_where_faster_on_a_sampled_call(m
 
 
 def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
-    from symgrad.compile import function, loop_vm
+    from symgrad.compile import loop_vm, tiers
 
     monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
-    monkeypatch.setattr(function, "C_TIER", False)
+    monkeypatch.setattr(tiers, "C_TIER", False)
     monkeypatch.setitem(REGISTRY["loops"], "numba", Backend("numba", lambda program, roots: (_ for _ in ()).throw(
         MemoryError("LLVM"))))
     salt = 5.0 + np.random.default_rng().random()
@@ -555,11 +555,11 @@ def test_a_sum_of_a_tensor_rides_along_the_loop_filling_it():
 
 
 def test_background_compiles_wait_for_the_foreground_builds():
-    """A background compile queued during compile.function.building() starts only once the build ends
+    """A background compile queued during compile.tiers.building() starts only once the build ends
     (building the next kernels while Numba compiled the first ones took twice as long)."""
     import time
 
-    from symgrad.compile.function import building
+    from symgrad.compile.tiers import building
 
     x, y = sg.symbols("x y")
     c = sg.compile(x * y + sg.sin(x), [x, y], backend="vm")

@@ -157,8 +157,7 @@ def build(text: str, stem: str, others: Sequence[str] = ()) -> Path:
     >>> build("double one(void) { return 1.0; }", "doc").suffix
     '.so'
     """
-    path, version = compiler()
-    command, options = _command(), flags()
+    version, command, options = compiler()[1], _command(), flags()
     host = _host() if "-march=native" in options else ""
     key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
     folder = _folder()
@@ -207,17 +206,17 @@ def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
     >>> load("double one(void) { return 1.0; }", "doc").one is not None
     True
     """
-    for attempt in range(2):
-        target = build(text, stem, others)
-        try:
-            return ctypes.CDLL(str(target))
-        except OSError as e:
-            if attempt:
-                raise CompilerError(f"the C compiler's shared object does not load ({e}): a cache directory "
-                                    "mounted noexec? ($SYMGRAD_CACHE_DIR)") from None
-            with contextlib.suppress(OSError):
-                target.unlink()
-    raise AssertionError("unreachable")
+    target = build(text, stem, others)
+    try:
+        return ctypes.CDLL(str(target))
+    except OSError:
+        with contextlib.suppress(OSError):
+            target.unlink()
+    try:
+        return ctypes.CDLL(str(build(text, stem, others)))
+    except OSError as e:
+        raise CompilerError(f"the C compiler's shared object does not load ({e}): a cache directory mounted "
+                            "noexec? ($SYMGRAD_CACHE_DIR)") from None
 
 
 def _arrays(*arrays: np.ndarray) -> None:

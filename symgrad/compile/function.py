@@ -8,21 +8,18 @@ them (lists, integers, strided arrays) or raises an error naming the culprit.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
-import threading
 import time
 import warnings
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba
 import numpy as np
 
-from symgrad.compile import backends, c_backend, loop_vm, scan_loops  # noqa: F401 (importing them registers their rows)
+from symgrad.compile import backends, c_backend, loop_vm, scan_loops, tiers  # noqa: F401 (importing them registers their rows)
 from symgrad.compile.backends import numba_on_disk
 from symgrad.compile.kernels import REGISTRY, Kernels
 from symgrad.compile.loop_program import LoopProgram
@@ -36,7 +33,6 @@ from symgrad.expr.sparsity import SparseExprs
 from symgrad.expr.traverse import as_expr_list
 from symgrad.util.chunks import is_chunked, run
 from symgrad.util.progress import phase
-from symgrad.util.worker import DaemonWorker
 
 BACKENDS = ("auto", *REGISTRY["program"])
 # Above this many instructions "auto" picks the VM: Numba's compile (~2 ms per statement)
@@ -45,13 +41,9 @@ AUTO_THRESHOLD = 200
 # Under "auto" a loop program not yet in the disk cache runs on the loop VM at once while Numba
 # compiles it on a background thread; the Numba kernels take over when ready (Compiled.ready()).
 TIERED = True
-# Where a C compiler is found, the tiers of a loop program include its C kernels: ready in a fraction of
-# a second (gcc), where Numba takes seconds to minutes; Numba's take over when ready (BLAS products,
-# vectorised exp and log: faster on some kernels).
-C_TIER = True
 
 _EMPTY = np.empty(0)
-_TIMED = object()  # (a Compiled's sample once its tiers were compared: none kept)
+_TIMED = object()  # (a Compiled's sample where no tier is to come: none kept)
 TIMED_CALLS, TIMING_SECONDS = 5, 0.2  # a tier's kernels timed on a sampled call: 2 to 5 calls each, ~0.2 s
 _empty = np.empty
 _ndarray, _F64 = np.ndarray, np.dtype(np.float64)
@@ -88,7 +80,7 @@ class Compiled:
         self._final: Any = None  # a Future of the kernels taking over last (tiered compilation)
         self._tiers: list[tuple[str, Any]] = []  # (backend, Future of its kernels taking over)
         self._rank = -1  # the tier running it
-        self._sample: Any = None  # a call's (x, p) while a tier may come: the C and Numba kernels timed on it
+        self._sample: Any = _TIMED  # a call's (x, p) while a tier may come: the C and Numba kernels timed on it
 
     @property
     def source(self) -> str:
@@ -125,7 +117,7 @@ class Compiled:
             x = _converted(x)
         if p is not _EMPTY and (type(p) is not _ndarray or p.dtype is not _F64):
             p = _converted(p)
-        if self._final is not None and self._sample is not _TIMED:
+        if self._sample is not _TIMED:  # (tiers to come)
             self._sample = (x, p)
         try:
             if out is not None:
@@ -167,30 +159,31 @@ class Compiled:
                 future.result()
         return self
 
-    def _upgrade(self, *tiers: tuple[str, Any]) -> Compiled:
-        """Run on the kernels each ``make()`` of ``tiers`` ((backend, make) pairs, slower to faster)
+    def _upgrade(self, *made: tuple[str, Any]) -> Compiled:
+        """Run on the kernels each ``make()`` of ``made`` ((backend, make) pairs, slower to faster)
         returns once a background thread has made them (unless dropped before its turn:
         ``drop_background_compiles``). The C compiler's tier runs on a thread of its own, beside
         Numba's (a subprocess: the two compile at once where the machine has cores); a tier never
         replaces a faster one that came in first."""
-        generation = _GENERATION[0]
+        generation = tiers.GENERATION[0]
 
         def swap(rank: int, backend: str, make: Any) -> bool:
-            if _GENERATION[0] != generation:  # (dropped: nobody will use it; it runs on the VM)
+            if tiers.GENERATION[0] != generation:  # (dropped: nobody will use it; it runs on the VM)
                 return False
             if backend != "c":  # (Numba's compile holds the GIL; the C compiler runs in its own process)
-                with _CHANGED:
-                    _CHANGED.wait_for(lambda: _BUILDS[0] == 0, FOREGROUND_WAIT)
+                tiers.after_builds()
             try:
                 kernels = make()
                 point = kernels.kernel("point")
+            except c_backend.CompilerError:  # (warned once: tiers.c_kernels)
+                return False
             except Exception as e:  # (out of memory in LLVM, say): the loop VM goes on running it
                 warnings.warn(f"symgrad: compiling a loop program failed ({type(e).__name__}: {e}); "
                               "it runs on the kernels it has", stacklevel=1)
                 return False  # (not _final = None here: the Future may not be stored yet)
             if backend == "numba" and self.backend == "c" and not self._faster(point):
                 return False  # (the C kernels stay: as fast or faster on this function)
-            with _CHANGED:
+            with tiers.CHANGED:
                 if rank < self._rank:
                     return False
                 self._rank = rank
@@ -204,16 +197,18 @@ class Compiled:
             finally:
                 self._sample = _TIMED  # (no call's arguments kept past the last tier)
 
-        self._tiers = [(backend, _worker(backend).submit(last if rank == len(tiers) - 1 else swap, rank, backend,
-                                                         make)) for rank, (backend, make) in enumerate(tiers)]
+        self._sample = None
+        steps = [swap] * (len(made) - 1) + [last]
+        self._tiers = [(backend, tiers.worker(backend).submit(step, rank, backend, make))
+                       for rank, (step, (backend, make)) in enumerate(zip(steps, made, strict=True))]
         self._final = self._tiers[-1][1]
         return self
 
     def _faster(self, point: Any) -> bool:
         """Whether the kernel ``point`` runs a call sampled from the running ones at least 5% faster than
-        the running kernel (the best of a few timed calls each, alternating; no sample: yes). Numba's
-        loops win where they call BLAS or vectorise exp and log, the C compiler's on long scalar loops
-        (an LSTM's gradient: 92-104 ms a call against 111-119 ms)."""
+        the running kernel (the best of a few timed calls each, alternating; no sample: yes). Which wins
+        depends on the function: an LSTM's gradient runs 104 ms a call on the C kernels, 111-119 ms on
+        Numba's; log-sum-exp the other way round."""
         sample, self._sample = self._sample, _TIMED
         if sample is None or sample is _TIMED:
             return True
@@ -377,67 +372,8 @@ def _thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS, thread_name_prefix="symgrad")
 
 
-_BUILDS = [0]  # foreground builds under way
-_CHANGED = threading.Condition()
-FOREGROUND_WAIT = 2.0  # seconds a background compile waits for the foreground builds to end, at most
-
-
-@contextlib.contextmanager
-def building() -> Iterator[None]:
-    """Mark a foreground build (a trace, a sparse pattern, an optimisation problem's derivatives):
-    the background compiles of tiered compilation wait until none is under way (FOREGROUND_WAIT at
-    most), as sharing the GIL with them made building four kernels take twice as long.
-
-    >>> with building():
-    ...     pass
-    """
-    with _CHANGED:
-        _BUILDS[0] += 1
-    try:
-        yield
-    finally:
-        with _CHANGED:
-            _BUILDS[0] -= 1
-            _CHANGED.notify_all()
-
-
-_WORKERS: dict[str, DaemonWorker] = {}
-
-
-def _worker(backend: str) -> DaemonWorker:
-    """The background thread of tiered compilation for ``backend`` (Numba compiles one function at a
-    time; the C compiler's thread mostly waits on its subprocess); a daemon: a script's exit does not
-    wait for the compile under way (minutes for a big kernel)."""
-    with _CHANGED:
-        if backend not in _WORKERS:
-            _WORKERS[backend] = DaemonWorker(f"symgrad-compile-{backend}")
-        return _WORKERS[backend]
-
-
-_GENERATION = [0]  # bumped to drop the background compiles queued so far
-
-
-def drop_background_compiles() -> None:
-    """Skip the background compiles that have not started (the one under way finishes): at the
-    interpreter's exit, whose results nobody will use, and at the end of each test. What they would
-    have upgraded goes on running on the VM.
-
-    >>> drop_background_compiles()
-    """
-    _GENERATION[0] += 1
-
-
-def _compiles_done() -> None:
-    """Let background compiles finish (before a fork: a child would inherit their locks held)."""
-    for worker in list(_WORKERS.values()):
-        worker.submit(lambda: None).result()
-
-
-# (at exit the compile thread, a daemon, is abandoned where it is; the queued compiles must not start)
-getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
-# A forked child inherits the pools without their threads: it would wait on them forever.
-os.register_at_fork(before=_compiles_done, after_in_child=lambda: (_thread_pool.cache_clear(),
-                                                                   _WORKERS.clear()))
+# A forked child inherits the pool without its threads: it would wait on them forever.
+os.register_at_fork(after_in_child=_thread_pool.cache_clear)
 
 
 def _converted(value: Any) -> Any:
@@ -511,40 +447,18 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
     and Numba's as each is ready: all with the same bits (the C loops call fastmath's exp and log as
     Numba's do; a program calling BLAS has no C tier). A C compiler that fails (or whose objects do not
     load) is warned of once and not used again in this process."""
-    c = C_TIER and not _C_FAILED and not _blas(program) and c_backend.available()
+    c = tiers.C_TIER and not tiers.C_FAILED and not tiers.blas(program) and c_backend.available()
     numba_tier = ("numba", lambda: program.kernels("numba"))
     if loop_vm.at_hand() or (program.split and not c):  # (a long program compiles for minutes in Numba:
         # the VM's own first compile, seconds, is worth it then)
-        tiers = [("c", lambda: _c_kernels(program))] if c else []
-        return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*tiers, numba_tier)
+        first = [("c", lambda: tiers.c_kernels(program))] if c else []
+        return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, numba_tier)
     if c:
         try:
-            return Compiled(program, _c_kernels(program), shape, pattern)._upgrade(numba_tier)
+            return Compiled(program, tiers.c_kernels(program), shape, pattern)._upgrade(numba_tier)
         except c_backend.CompilerError:
             pass  # (warned)
     return _from_program(program, "numba", shape, pattern, None)
-
-
-def _blas(program: LoopProgram) -> bool:
-    """Whether the loops call BLAS (``np.dot``: the VM's and Numba's do, the C loops add in their own order):
-    such a program has no C tier, so that its tiers give the same bits."""
-    return any("np.dot(" in line for line in program.parts.body)
-
-
-_C_FAILED: list[str] = []  # the C compiler's first failure in this process: the C tier is left out after it
-
-
-def _c_kernels(program: LoopProgram) -> Kernels:
-    """The C kernels of ``program``, built; a failure warned of once (the tier is then left out)."""
-    try:
-        kernels = program.kernels("c")
-        kernels.kernel("point")
-        return kernels
-    except c_backend.CompilerError as e:
-        if not _C_FAILED:
-            _C_FAILED.append(str(e))
-            warnings.warn(f"symgrad: {e}; compiled code comes from Numba instead (in this process)", stacklevel=2)
-        raise
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,

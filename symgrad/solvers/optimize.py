@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from symgrad.compile.function import building
+from symgrad.compile.tiers import building
 from symgrad.trace.api import hessian, jacobian, jit, value_and_grad
 
 if TYPE_CHECKING:

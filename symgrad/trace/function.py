@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.compile import function as compiled
+from symgrad.compile import tiers
 from symgrad.expr import ndarrays
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.printing import format as format_exprs
@@ -232,7 +233,7 @@ class Function:
             from symgrad.trace.sparse import RolledSparse  # (here: SciPy's sparse matrices cost 70 ms at import)
 
             try:
-                with compiled.building():  # (its kernels' background compiles wait for the pattern)
+                with tiers.building():  # (its kernels' background compiles wait for the pattern)
                     self._sparse_rolled[key] = RolledSparse(self, args, kwargs)
             except (TracingError, NotImplementedError, TypeError):
                 self._sparse_rolled[key] = None

@@ -1,0 +1,117 @@
+"""Tiered compilation's machinery: the background threads building each tier (one a backend), the gate
+that holds Numba's compiles back while a foreground build runs, dropping the queued compiles (at exit,
+after each test), and which tiers a loop program gets (the C compiler's, where it works and the loops
+call no BLAS). ``Compiled._upgrade`` (function.py) swaps each tier's kernels in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from symgrad.compile import c_backend
+from symgrad.compile.kernels import Kernels
+from symgrad.util.worker import DaemonWorker
+
+if TYPE_CHECKING:
+    from symgrad.compile.loop_program import LoopProgram
+
+# Where a C compiler is found, the tiers of a loop program include its C kernels: ready in a fraction of
+# a second (gcc), where Numba takes seconds to minutes; Numba's replace them where timed faster.
+C_TIER = True
+C_FAILED: list[str] = []  # the C compiler's first failure in this process: the C tier is left out after it
+FOREGROUND_WAIT = 2.0  # seconds a background compile waits for the foreground builds to end, at most
+GENERATION = [0]  # bumped to drop the background compiles queued so far
+CHANGED = threading.Condition()  # guards the builds' count, the workers and a Compiled's swap
+_BUILDS = [0]  # foreground builds under way
+_WORKERS: dict[str, DaemonWorker] = {}
+
+
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """Mark a foreground build (a trace, a sparse pattern, an optimisation problem's derivatives):
+    the background compiles of tiered compilation wait until none is under way (FOREGROUND_WAIT at
+    most), as sharing the GIL with them made building four kernels take twice as long.
+
+    >>> with building():
+    ...     pass
+    """
+    with CHANGED:
+        _BUILDS[0] += 1
+    try:
+        yield
+    finally:
+        with CHANGED:
+            _BUILDS[0] -= 1
+            CHANGED.notify_all()
+
+
+def after_builds() -> None:
+    """Wait until no foreground build is under way (FOREGROUND_WAIT at most).
+
+    >>> after_builds()
+    """
+    with CHANGED:
+        CHANGED.wait_for(lambda: _BUILDS[0] == 0, FOREGROUND_WAIT)
+
+
+def worker(backend: str) -> DaemonWorker:
+    """The background thread of tiered compilation for ``backend`` (Numba compiles one function at a
+    time; the C compiler's thread mostly waits on its subprocess); a daemon: a script's exit does not
+    wait for the compile under way (minutes for a big kernel).
+
+    >>> worker("numba").submit(lambda: 1).result()
+    1
+    """
+    with CHANGED:
+        if backend not in _WORKERS:
+            _WORKERS[backend] = DaemonWorker(f"symgrad-compile-{backend}")
+        return _WORKERS[backend]
+
+
+def drop_background_compiles() -> None:
+    """Skip the background compiles that have not started (the one under way finishes): at the
+    interpreter's exit, whose results nobody will use, and at the end of each test. What they would
+    have upgraded goes on running on the kernels it has.
+
+    >>> drop_background_compiles()
+    """
+    GENERATION[0] += 1
+
+
+def compiles_done() -> None:
+    """Let the background compiles finish (before a fork: a child would inherit their locks held).
+
+    >>> compiles_done()
+    """
+    for each in list(_WORKERS.values()):
+        each.submit(lambda: None).result()
+
+
+def blas(program: LoopProgram) -> bool:
+    """Whether the loops call BLAS (``np.dot``: the VM's and Numba's do, the C loops add in their own order):
+    such a program has no C tier, so that its tiers give the same bits."""
+    return any("np.dot(" in line for line in program.parts.body)
+
+
+def c_kernels(program: LoopProgram) -> Kernels:
+    """The C kernels of ``program``, built; a failure warned of once (the tier is then left out)."""
+    try:
+        kernels = program.kernels("c")
+        kernels.kernel("point")
+        return kernels
+    except c_backend.CompilerError as e:
+        if not C_FAILED:
+            C_FAILED.append(str(e))
+            warnings.warn(f"symgrad: {e}; compiled code comes from Numba instead (in this process)", stacklevel=2)
+        raise
+
+
+# (at exit the compile threads, daemons, are abandoned where they are; the queued compiles must not start)
+getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
+# A forked child inherits the workers without their threads: it would wait on them forever.
+os.register_at_fork(before=compiles_done, after_in_child=_WORKERS.clear)
