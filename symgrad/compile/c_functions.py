@@ -26,19 +26,27 @@ import numpy as np
 
 from symgrad.compile import special
 
-# CPython's AST constructor keeps its recursion depth per interpreter, not per thread: two threads parsing
-# at once raise "SystemError: AST constructor recursion depth mismatch" (the C tier translates on a
-# thread of its own while the caller may export C): symgrad's parses of Python into C take turns.
+# CPython 3.11's AST constructor keeps its recursion depth per interpreter, not per thread: two threads
+# parsing at once may raise "SystemError: AST constructor recursion depth mismatch" (the C tier translates
+# on a thread of its own, while the caller exports C or Python formats a traceback, which parses too):
+# symgrad's parses of Python into C take turns, and one hit by another thread's parse is parsed again.
 PARSING = threading.Lock()
+_PARSE_TRIES = 4
 
 
 def parse(source: str, mode: str = "exec") -> ast.AST:
-    """``ast.parse`` under ``PARSING``.
+    """``ast.parse`` under ``PARSING``, again where another thread's parse upset CPython's count.
 
     >>> parse("1 + 2", mode="eval").body.op
     <ast.Add object at 0x...>
     """
     with PARSING:
+        for _ in range(_PARSE_TRIES - 1):
+            try:
+                return ast.parse(source, mode=mode)
+            except SystemError as e:
+                if "recursion depth mismatch" not in str(e):
+                    raise
         return ast.parse(source, mode=mode)
 
 
