@@ -116,24 +116,3 @@ def test_the_c_loops_exp_log_tanh_are_the_numba_loops_bits():
     same = (got["c"] == got["numba"]) | (np.isnan(got["c"]) & np.isnan(got["numba"]))
     assert same.all() and np.array_equal(np.signbit(got["c"]), np.signbit(got["numba"]))
 
-
-def test_a_parse_upset_by_another_threads_is_parsed_again(monkeypatch):
-    """CPython 3.11's AST constructor counts its depth per interpreter: another thread's parse can make ours
-    fail with a SystemError; ours is parsed again (other SystemErrors stand)."""
-    import ast
-
-    from symgrad.compile import c_functions
-
-    real = ast.parse
-    failures = [SystemError("AST constructor recursion depth mismatch (before=48, after=185)")] * 2
-
-    def upset(source, mode="exec"):
-        if failures:
-            raise failures.pop()
-        return real(source, mode=mode)
-
-    monkeypatch.setattr(c_functions.ast, "parse", upset)
-    assert isinstance(c_functions.parse("a = 1").body[0], ast.Assign) and not failures
-    failures.append(SystemError("something else"))
-    with pytest.raises(SystemError, match="something else"):
-        c_functions.parse("a = 1")

@@ -18,37 +18,12 @@ import ast
 import functools
 import inspect
 import textwrap
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from symgrad.compile import special
-
-# CPython 3.11's AST constructor keeps its recursion depth per interpreter, not per thread: two threads
-# parsing at once may raise "SystemError: AST constructor recursion depth mismatch" (the C tier translates
-# on a thread of its own, while the caller exports C or Python formats a traceback, which parses too):
-# symgrad's parses of Python into C take turns, and one hit by another thread's parse is parsed again.
-PARSING = threading.Lock()
-_PARSE_TRIES = 4
-
-
-def parse(source: str, mode: str = "exec") -> ast.AST:
-    """``ast.parse`` under ``PARSING``, again where another thread's parse upset CPython's count.
-
-    >>> parse("1 + 2", mode="eval").body.op
-    <ast.Add object at 0x...>
-    """
-    with PARSING:
-        for _ in range(_PARSE_TRIES - 1):
-            try:
-                return ast.parse(source, mode=mode)
-            except SystemError as e:
-                if "recursion depth mismatch" not in str(e):
-                    raise
-        return ast.parse(source, mode=mode)
-
 
 _DOUBLE_CALLS = {**{f"math.{f}": f for f in ("sin", "cos", "tan", "exp", "log", "sqrt", "erf", "erfc", "floor",
                                               "copysign", "fabs", "expm1", "log1p", "lgamma")},
@@ -104,7 +79,7 @@ class _Function:
 
     def __init__(self, fn: Callable, name: str) -> None:
         self.fn, self.name = fn, name
-        tree = parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
         assert isinstance(tree, ast.FunctionDef)
         self.params = [a.arg for a in tree.args.args]
         self.types: dict[str, str] = dict.fromkeys(self.params, DOUBLE)

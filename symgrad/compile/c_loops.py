@@ -150,7 +150,7 @@ class _Kernel:
         self.counter = 0
         for line in parts.head:
             self._table(line)
-        tree = c_functions.parse("\n".join(parts.body))
+        tree = ast.parse("\n".join(parts.body))
         body = self._block(tree.body, 1)
         names = [n for n in self.types if n not in self.views] + \
             [n for n in self.views if n not in _ARGUMENTS and not n.startswith("TABLE")]

@@ -126,7 +126,7 @@ def template(name: str) -> str:
     if not op.numba:
         raise NotImplementedError(f"the C backend cannot write op {name!r} (it has no compiled form)")
     python = fastmath.CALLS.sub(r"math.\1(", op.numba).format("_0", "_1", "_2")
-    return _ToC(op).visit(c_functions.parse(python, mode="eval").body)
+    return _ToC(op).visit(ast.parse(python, mode="eval").body)
 
 
 def literal(v: float) -> str:

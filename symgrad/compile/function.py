@@ -448,14 +448,15 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
     Numba's do; a program calling BLAS has no C tier). A C compiler that fails (or whose objects do not
     load) is warned of once and not used again in this process."""
     c = tiers.C_TIER and not tiers.C_FAILED and not tiers.blas(program) and c_backend.available()
+    translated = tiers.c_kernels(program) if c else None  # (parsed here, built on a worker)
     numba_tier = ("numba", lambda: program.kernels("numba"))
-    if loop_vm.at_hand() or (program.split and not c):  # (a long program compiles for minutes in Numba:
-        # the VM's own first compile, seconds, is worth it then)
-        first = [("c", lambda: tiers.c_kernels(program))] if c else []
+    if loop_vm.at_hand() or (program.split and translated is None):  # (a long program compiles for minutes
+        # in Numba: the VM's own first compile, seconds, is worth it then)
+        first = [("c", lambda: tiers.c_built(translated))] if translated is not None else []
         return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, numba_tier)
-    if c:
+    if translated is not None:
         try:
-            return Compiled(program, tiers.c_kernels(program), shape, pattern)._upgrade(numba_tier)
+            return Compiled(program, tiers.c_built(translated), shape, pattern)._upgrade(numba_tier)
         except c_backend.CompilerError:
             pass  # (warned)
     return _from_program(program, "numba", shape, pattern, None)

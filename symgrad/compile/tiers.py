@@ -98,10 +98,23 @@ def blas(program: LoopProgram) -> bool:
     return any("np.dot(" in line for line in program.parts.body)
 
 
-def c_kernels(program: LoopProgram) -> Kernels:
-    """The C kernels of ``program``, built; a failure warned of once (the tier is then left out)."""
+def c_kernels(program: LoopProgram) -> Kernels | None:
+    """The C kernels of ``program``, translated (not yet built: ``c_built``), or None (warned) where the
+    translator cannot write its loops. Called on the caller's thread, never a worker's: translating
+    parses Python, and CPython 3.11's AST constructor counts its depth per interpreter, so a parse on a
+    worker beside one on the caller's thread (a traceback being formatted, say) made either fail with
+    "SystemError: AST constructor recursion depth mismatch"."""
     try:
-        kernels = program.kernels("c")
+        return program.kernels("c")
+    except NotImplementedError as e:  # (a bug: the loop generator grew a form the C loops do not know)
+        warnings.warn(f"symgrad: the C loops cannot write this program ({e}); it has no C tier", stacklevel=2)
+        return None
+
+
+def c_built(kernels: Kernels) -> Kernels:
+    """``kernels`` built by the C compiler and loaded (no parsing: any thread); a failure warned of once
+    (the C tier is then left out of the process)."""
+    try:
         kernels.kernel("point")
         return kernels
     except c_backend.CompilerError as e:
