@@ -116,3 +116,35 @@ def test_the_c_loops_exp_log_tanh_are_the_numba_loops_bits():
     same = (got["c"] == got["numba"]) | (np.isnan(got["c"]) & np.isnan(got["numba"]))
     assert same.all() and np.array_equal(np.signbit(got["c"]), np.signbit(got["numba"]))
 
+
+
+def test_the_c_loops_matrix_products_are_the_numba_loops_and_the_vms_bits():
+    """Matrix products in the C loops call BLAS as Numba's np.dot does (gemm, gemv with either operand
+    transposed, dot for a 1x1 result): the same bits on all three backends, and NumPy's products to rounding."""
+    rng = np.random.default_rng(4)
+    m, k, n, w = 16, 300, 18, 5000
+    A, B, v = sg.array("A", (m, k)), sg.array("B", (n, k)), sg.array("v", m)
+    a, a2, b = sg.array("a", (1, w)), sg.array("a2", (1, w)), sg.array("b", (3, w))
+    r, c, s = sg.index("r", m), sg.index("c", k), sg.index("s", n)
+    one, single, three, j = sg.index("one", 1), sg.index("single", 1), sg.index("three", 3), sg.index("j", w)
+    AB = sg.tensor(sg.sum(A[r, c] * B[s, c], c), r, s)              # gemm (and its gradient's, transposed)
+    Av = sg.tensor(sg.sum(A[r, c] * v[r], r), c)                    # gemv, A read transposed
+    ab = sg.tensor(sg.sum(a[one, j] * b[three, j], j), one, three)  # one row: gemv
+    ba = sg.tensor(sg.sum(b[three, j] * a2[one, j], j), three, one)  # one column: gemv
+    aa = sg.tensor(sg.sum(a[one, j] * a2[single, j], j), one, single)  # 1x1: dot
+    f = (sg.sum(sg.tanh(AB[r, s]), r, s) + sg.sum(Av[c] ** 2, c) + sg.sum(sg.sin(ab[one, three]), one, three)
+         + sg.sum(ba[three, one] ** 2, three, one) + sg.sum(sg.cos(aa[one, single]), one, single))
+    args = [A, B, v, a, a2, b]
+    values = [rng.normal(size=e.shape) for e in args]
+    x = np.concatenate([e.ravel() for e in values])
+    got = {}
+    for backend in ("c", "numba", "vm"):
+        vg = sg.value_and_grad(f, args, backend=backend)
+        got[backend] = np.append(*vg(x))
+    source = sg.value_and_grad(f, args, backend="c").source
+    assert source.count("sg_mm((") >= 4 and source.count("sg_mv((") >= 2
+    assert np.array_equal(got["c"], got["numba"]) and np.array_equal(got["vm"], got["numba"])
+    Ax, Bx, vx, ax, a2x, bx = values
+    want = (np.sum(np.tanh(Ax @ Bx.T)) + np.sum((Ax.T @ vx) ** 2) + np.sum(np.sin(ax @ bx.T))
+            + np.sum((bx @ a2x.T) ** 2) + np.sum(np.cos(ax @ a2x.T)))
+    assert got["c"][0] == pytest.approx(want, rel=1e-12)

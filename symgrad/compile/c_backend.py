@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compile import c_loops, cache
+from symgrad.compile import c_blas, c_loops, cache
 from symgrad.compile.c_source import kernel_source
 from symgrad.compile.kernels import Kernels, give, register, take
 from symgrad.compile.loop_program import LoopProgram
@@ -236,7 +236,7 @@ def c_kernels(program: Program, roots: Any = None) -> Kernels:
 def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     """The C kernels of the rolled ``program``: its loops as C (c_loops.py), built (or loaded) on first use."""
     parts = program.parts
-    kernel, pieces = c_loops.loop_c_pieces(parts, min(os.cpu_count() or 1, 8))
+    kernel, pieces = c_loops.loop_c_pieces(parts, min(os.cpu_count() or 1, 8), blas=True)
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
     return _kernels(text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
@@ -259,6 +259,9 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
         lib.sg_point.argtypes, lib.sg_point.restype = (_c, _c, _c, *extra), _d
         lib.sg_batch.argtypes, lib.sg_batch.restype = (_c, _c, _ll, _c, _c, _ll, _ll, *extra), None
         lib.sg_total.argtypes, lib.sg_total.restype = (_c, _c, _c, _ll, _ll, _c, *extra), None
+        if hasattr(lib, "sg_set_blas"):  # (its products call Numba's BLAS: c_blas.py)
+            lib.sg_set_blas.argtypes, lib.sg_set_blas.restype = (_c, _c, _c), None
+            lib.sg_set_blas(*c_blas.addresses())
         return lib
 
     def call(fn: Any, *args: Any) -> Any:

@@ -5,8 +5,8 @@ order, with the sizes as constants: the file's size does not depend on the array
 The kernel's Python is a small subset, and each construct has one C form: a view of ``x``, ``p``,
 ``out`` or ``work`` (``b1 = x[0:3].reshape((3,))``) or a row of one (``s50[i53 + 1]``) is a pointer
 whose shape the translator keeps, an element ``t[i, j]`` its row-major offset; ``for k in range(..)``
-a C loop; ``t[...] = 0.0`` a loop; ``np.dot(A, B.T, C)`` a loop nest (the sum over k in order, not
-BLAS's blocking); ``np.argsort(row, kind="mergesort")`` the prelude's stable merge sort (nan last,
+a C loop; ``t[...] = 0.0`` a loop; ``np.dot(A, B.T, C)`` BLAS called as Numba calls it (c_blas.py),
+or in exported C a loop nest (the sum over k in order); ``np.argsort(row, kind="mergesort")`` the prelude's stable merge sort (nan last,
 NumPy's order); a name holding an integer (the emitter's index arithmetic, a table's entry, a loop
 counter) a ``long long``, any other a ``double``; the scalar expressions are the op table's templates,
 written as C by c_source's translator. A construct outside this subset raises NotImplementedError
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from symgrad.compile import c_fastmath, c_functions, fastmath, pieces
+from symgrad.compile import c_blas, c_fastmath, c_functions, fastmath, pieces
 from symgrad.compile.c_source import PRELUDE, Layout, _ToC, casadi, check_name, flat, header, literal, nonzeros
 from symgrad.compile.loop_source import KernelParts
 
@@ -135,8 +135,8 @@ class _Kernel:
     """The C lines of one loop kernel (``parts``): its declarations first (every name at the top, as
     Python's function scope), then its statements."""
 
-    def __init__(self, parts: KernelParts, spills: tuple[int, int] = (0, 0)) -> None:
-        self.parts = parts
+    def __init__(self, parts: KernelParts, spills: tuple[int, int] = (0, 0), blas: bool = False) -> None:
+        self.parts, self.blas = parts, blas
         self.views: dict[str, _View] = {"x": _View("const double", (parts.nx,)),
                                         "p": _View("const double", (parts.n_p,)),
                                         "out": _View("double", (parts.n_out,)),
@@ -327,6 +327,8 @@ class _Kernel:
     def _dot(self, call: ast.Call) -> list[str]:
         """``np.dot(A, B, C)`` (A, B matrices or a matrix and a vector, either read transposed) as loops."""
         (a, (sa, ta)), (b, (sb, tb)), (c, (sc, _)) = (self._operand(e) for e in call.args)
+        if self.blas:
+            return [c_blas.call((a, sa, ta), (b, sb, tb), c)]
 
         def at(pointer: str, shape: tuple, transposed: bool, i: str, j: str) -> str:  # (a matrix's (i, j))
             return f"{pointer}[({j}) * {shape[1]} + {i}]" if transposed else f"{pointer}[({i}) * {shape[1]} + {j}]"
@@ -354,8 +356,9 @@ class LoopC:
     iwork: int
 
 
-def loop_c(parts: KernelParts) -> LoopC:
-    """The C of the loop kernel ``parts`` as ``static double sg_kernel(x, p, out, work, iwork, status)``.
+def loop_c(parts: KernelParts, blas: bool = False) -> LoopC:
+    """The C of the loop kernel ``parts`` as ``static double sg_kernel(x, p, out, work, iwork, status)``, its
+    matrix products calling BLAS (``blas``: in process) or loop nests (exported C).
 
     >>> import symgrad as sg
     >>> from symgrad.compile.loop_source import parts
@@ -380,7 +383,7 @@ def loop_c(parts: KernelParts) -> LoopC:
         return a5;
     }
     """
-    kernel = _Kernel(parts)
+    kernel = _Kernel(parts, blas=blas)
     signature = ("static double sg_kernel(const double* x, const double* p, double* out, double* work,\n"
                  "                        long long* iwork, int* status) {")
     unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status;"
@@ -389,17 +392,23 @@ def loop_c(parts: KernelParts) -> LoopC:
     return LoopC(text, parts.work + kernel.extra_w, kernel.extra_iw)
 
 
-def _head(lines: Sequence[str], body: Sequence[str], tables: Sequence[str]) -> list[str]:
+def _head(lines: Sequence[str], body: Sequence[str], tables: Sequence[str], products: str = c_blas.SOURCE) -> list[str]:
     """A file's lines before its functions (their C ``lines``, from the Python ``body``): the prelude, the
-    helpers and special functions they call, and ``tables``."""
+    helpers and special functions they call (``products``: the BLAS products' definitions, or in a file
+    beside the one holding them their prototypes), and ``tables``."""
     used = {n for n in c_functions.NAMES if any(f"special.{n}(" in line for line in body)}
     sorts = [SORT] if any("sg_argsort(" in line for line in lines) else []
     fast = [c_fastmath.SOURCE] if any(fastmath.CALLS.search(line) for line in body) else []
-    return [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *fast, *sorts,
+    blas = [products] if _calls_blas(lines) else []
+    return [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *fast, *sorts, *blas,
             *c_functions.definitions(used, helpers=False), *tables]
 
 
-def loop_c_pieces(parts: KernelParts, files: int) -> tuple[LoopC, list[str]]:
+def _calls_blas(lines: Sequence[str]) -> bool:
+    return any("sg_mm(" in line or "sg_mv(" in line for line in lines)
+
+
+def loop_c_pieces(parts: KernelParts, files: int, blas: bool = False) -> tuple[LoopC, list[str]]:
     """The loop kernel ``parts`` as ``loop_c`` gives it, its body cut into the pieces of Numba's split
     kernel (pieces.py: whole top-level statements, the scalars one piece leaves to a later one in ``sc`` and
     ``si``) when it is longer than ``pieces.SPLIT_LINES``, each piece a function of its own in one of
@@ -416,11 +425,11 @@ def loop_c_pieces(parts: KernelParts, files: int) -> tuple[LoopC, list[str]]:
     (2, True)
     """
     if len(parts.body) <= pieces.SPLIT_LINES:
-        return loop_c(parts), []
+        return loop_c(parts, blas), []
     bodies, floats, ints = pieces.split(list(parts.body), set(parts.integers))
     arguments = ("const double* x, const double* p, double* out, double* work, long long* iwork, int* status, "
                  "double* sc, long long* si")
-    kernels = [_Kernel(replace(parts, body=tuple(body)), (floats, ints)) for body in bodies]
+    kernels = [_Kernel(replace(parts, body=tuple(body)), (floats, ints), blas) for body in bodies]
     functions = []
     for k, (body, kernel) in enumerate(zip(bodies, kernels, strict=True)):
         unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status; (void)sc; (void)si;"
@@ -434,10 +443,12 @@ def loop_c_pieces(parts: KernelParts, files: int) -> tuple[LoopC, list[str]]:
         lines = [line for _, _, function in group for line in function]
         read = set(re.findall(r"\bTABLE\d+\b", "\n".join(lines)))
         tables = [t for t in kernels[0].tables if t.split("[", 1)[0].split()[-1] in read]
-        texts.append("\n".join([*_head(lines, [line for b, _, _ in group for line in b], tables), *lines]))
+        python = [line for b, _, _ in group for line in b]
+        texts.append("\n".join([*_head(lines, python, tables, c_blas.PROTOTYPES), *lines]))
     prototypes = [f"double sg_piece{k}({arguments});" for k in range(len(bodies))]
     calls = [f"    sg_piece{k}(x, p, out, work, iwork, status, sc, si);" for k in range(len(bodies) - 1)]
-    text = "\n".join([PRELUDE, *prototypes,
+    products = [c_blas.SOURCE] if any(_calls_blas(k.body) for k in kernels) else []
+    text = "\n".join([PRELUDE, *products, *prototypes,
                       "static double sg_kernel(const double* x, const double* p, double* out, double* work,",
                       "                        long long* iwork, int* status) {",
                       f"    double sc[{max(floats, 1)}];", f"    long long si[{max(ints, 1)}];", *calls,

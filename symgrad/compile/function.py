@@ -445,9 +445,9 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
     """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
     where they are compiled, else the C compiler's, in a fraction of a second), then the C compiler's
     and Numba's as each is ready: all with the same bits (the C loops call fastmath's exp and log as
-    Numba's do; a program calling BLAS has no C tier). A C compiler that fails (or whose objects do not
+    Numba's do, and BLAS as Numba calls it). A C compiler that fails (or whose objects do not
     load) is warned of once and not used again in this process."""
-    c = tiers.C_TIER and not tiers.C_FAILED and not tiers.blas(program) and c_backend.available()
+    c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available()
     translated = tiers.c_kernels(program) if c else None  # (parsed here, built on a worker)
     numba_tier = ("numba", lambda: program.kernels("numba"))
     if loop_vm.at_hand() or (program.split and translated is None):  # (a long program compiles for minutes

@@ -1,7 +1,7 @@
 """Tiered compilation's machinery: the background threads building each tier (one a backend), the gate
 that holds Numba's compiles back while a foreground build runs, dropping the queued compiles (at exit,
-after each test), and which tiers a loop program gets (the C compiler's, where it works and the loops
-call no BLAS). ``Compiled._upgrade`` (function.py) swaps each tier's kernels in.
+after each test), and the C tier's translation and build (where the compiler works).
+``Compiled._upgrade`` (function.py) swaps each tier's kernels in.
 """
 
 from __future__ import annotations
@@ -90,12 +90,6 @@ def compiles_done() -> None:
     """
     for each in list(_WORKERS.values()):
         each.submit(lambda: None).result()
-
-
-def blas(program: LoopProgram) -> bool:
-    """Whether the loops call BLAS (``np.dot``: the VM's and Numba's do, the C loops add in their own order):
-    such a program has no C tier, so that its tiers give the same bits."""
-    return any("np.dot(" in line for line in program.parts.body)
 
 
 def c_kernels(program: LoopProgram) -> Kernels | None:
