@@ -148,3 +148,20 @@ def test_the_c_loops_matrix_products_are_the_numba_loops_and_the_vms_bits():
     want = (np.sum(np.tanh(Ax @ Bx.T)) + np.sum((Ax.T @ vx) ** 2) + np.sum(np.sin(ax @ bx.T))
             + np.sum((bx @ a2x.T) ** 2) + np.sum(np.cos(ax @ a2x.T)))
     assert got["c"][0] == pytest.approx(want, rel=1e-12)
+
+
+def test_the_compilers_probe_runs_once_per_machine_and_a_file_with_other_flags_is_ignored(monkeypatch, tmp_path):
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    c_backend._probed.cache_clear()
+    try:
+        want = c_backend.flags()
+        (kept,) = tmp_path.rglob("probe-*.txt")
+        c_backend._probed.cache_clear()
+        with monkeypatch.context() as m:  # (a new process: the file answers, the compiler is not run)
+            m.setattr(c_backend.subprocess, "run", lambda *a, **k: pytest.fail("the compiler was probed again"))
+            assert c_backend.flags() == want and c_backend.compiler()[1] == kept.read_text().splitlines()[0]
+        kept.write_text(kept.read_text() + "\n-fplugin=/tmp/planted.so")
+        c_backend._probed.cache_clear()
+        assert c_backend.flags() == want and "-fplugin" not in kept.read_text()
+    finally:
+        c_backend._probed.cache_clear()

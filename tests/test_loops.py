@@ -514,7 +514,7 @@ def test_a_long_sum_adds_into_eight_accumulators_with_the_same_bits_on_the_vm(n)
     want = sg.value_and_grad(f, backend="python")(x)
     vm = sg.value_and_grad(f, backend="vm")(x)
     vg = sg.value_and_grad(f, backend="numba")
-    with pieces.sized(0, 3):
+    with pieces.sized(0, 25):  # (six pieces: each a Numba function compiled on its own)
         split = sg.value_and_grad(f, backend="numba")
         got_split = split(x)
     assert "def piece3(" in split.compiled.source

@@ -40,6 +40,8 @@ def test_names_of_a_loop_body_are_not_spilled():
 
 @pytest.mark.parametrize("size", [1, 9])
 def test_split_kernels_agree_with_whole_ones_and_the_interpreter(size):
+    """Kernels split into pieces of ``size`` lines (each piece a Numba function compiled on its own, 0.3 s
+    or more: the recurrence in pieces of one line only where its kernel is short, the forward pass)."""
     def rnn(w, x):
         def step(h, xt):
             h = np.tanh(w @ h + xt)
@@ -53,8 +55,14 @@ def test_split_kernels_agree_with_whole_ones_and_the_interpreter(size):
         z = jnp.zeros(80).at[p % 7].add(y)
         return np.sum(z ** 2) + np.sum(np.cumsum(x) * x)
 
-    cases = [(rnn, (0, 1), (RNG.normal(size=(8, 8)) * 0.4, RNG.normal(size=(70, 8)))),
-             (gathers, 0, (RNG.normal(size=80),))]
+    w, x = RNG.normal(size=(8, 8)) * 0.4, RNG.normal(size=(70, 8))
+    cases = [(rnn, (0, 1), (w, x)), (gathers, 0, (RNG.normal(size=80),))]
+    if size == 1:
+        forward = sg.jit(rnn, backend="python")(w, x)
+        with pieces.sized(0, 1):
+            run = sg.jit(rnn, backend="numba")
+            assert run(w, x) == pytest.approx(forward, rel=1e-12) and "def piece1(" in run.compiled.source
+        cases = cases[1:]
     for f, argnums, args in cases:
         want_v, want_g = sg.value_and_grad(f, argnums=argnums, backend="python")(*args)
         with pieces.sized(0, size):

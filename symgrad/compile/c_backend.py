@@ -48,6 +48,7 @@ FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC")
 NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 _LOCK = threading.Lock()
+_PROBING = threading.Lock()
 _c, _ll, _d = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_double
 
 
@@ -90,9 +91,7 @@ def _compiler(setting: str) -> tuple[str, str]:
     if path is None:
         raise CompilerError(f"backend='c' needs a C compiler: none found as {setting!r} ($CC, else cc); install "
                             "one (gcc, clang) or use backend='numba'")
-    run = subprocess.run([path, *words[1:], "--version"], capture_output=True, text=True, check=False,
-                         timeout=TIMEOUT)
-    return path, (run.stdout or run.stderr).splitlines()[0] if (run.stdout or run.stderr) else path
+    return path, _probe((path, *words[1:]))[0]
 
 
 def flags() -> tuple[str, ...]:
@@ -102,10 +101,38 @@ def flags() -> tuple[str, ...]:
     >>> flags()[:2]
     ('-std=c99', '-O2')
     """
-    return _flags(tuple(_command()))
+    return _probe(tuple(_command()))[1]
+
+
+def _probe(command: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The compiler's version line and flags, found by running it (0.02-0.07 s a run) once per machine, not
+    once a process: kept beside the shared objects, named by the compiler's path, size and time of change
+    (a file whose flags are not symgrad's is ignored). symgrad's import starts this in the background
+    (tiers.py); a first build waits for that one instead of probing again."""
+    with _PROBING:
+        return _probed(command)
 
 
 @functools.cache
+def _probed(command: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    stat = os.stat(command[0])
+    key = hashlib.sha256(repr((command, stat.st_size, stat.st_mtime_ns, FLAGS, NATIVE)).encode()).hexdigest()
+    file = _folder() / f"probe-{key[:32]}.txt"
+    with contextlib.suppress(OSError, ValueError):
+        version, *options = file.read_text(encoding="utf-8").splitlines()
+        if tuple(options[:len(FLAGS)]) == FLAGS and set(options) <= {*FLAGS, *NATIVE}:
+            return version, tuple(options)
+    run = subprocess.run([*command, "--version"], capture_output=True, text=True, check=False, timeout=TIMEOUT)
+    said = (run.stdout or run.stderr).splitlines()
+    version, options = said[0] if said else command[0], _flags(command)
+    with contextlib.suppress(OSError):
+        file.parent.mkdir(parents=True, exist_ok=True)
+        temporary = file.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text("\n".join((version, *options)), encoding="utf-8")
+        os.replace(temporary, file)
+    return version, options
+
+
 def _flags(command: tuple[str, ...]) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "probe.c"
@@ -252,6 +279,8 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
 
     @functools.cache
     def library() -> Any:
+        if "sg_set_blas" in text:
+            c_blas.prefetch()
         lib = load(text, stem, others)
         if not hasattr(lib, "sg_point"):
             raise CompilerError(f"{compiler()[0]} built C without its names (sg_point): a C++ compiler? Set $CC "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import threading
 import warnings
 from collections.abc import Iterator
@@ -118,6 +119,15 @@ def c_built(kernels: Kernels) -> Kernels:
         raise
 
 
+def _probe_compiler() -> None:
+    with contextlib.suppress(c_backend.CompilerError, OSError, subprocess.SubprocessError):  # (warned when used)
+        c_backend.flags()
+
+
+# The C compiler's probe (its version, the flags it takes: 0.1 s, once per machine) runs from symgrad's
+# import, in the background: a new user's first result would wait for it.
+if C_TIER:
+    threading.Thread(target=_probe_compiler, name="symgrad-probe", daemon=True).start()
 # (at exit the compile threads, daemons, are abandoned where they are; the queued compiles must not start)
 getattr(threading, "_register_atexit", lambda fn: None)(drop_background_compiles)
 # A forked child inherits the workers without their threads: it would wait on them forever.
