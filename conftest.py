@@ -7,6 +7,9 @@ os.environ.setdefault("SYMGRAD_CACHE_DIR", str(Path(__file__).parent / ".pytest_
 # A test that asks for Numba gets Numba: past the per-process cap (256 generated modules by default) new
 # programs would run on the VM, and a numba-parametrised test late in a worker would test the VM instead.
 os.environ.setdefault("SYMGRAD_MAX_PROGRAMS", "4096")
+# Under "auto" loop programs stay on the VM's or the C compiler's kernels: Numba's, built in the background
+# for each, cost seconds a test (Numba is tested where a test asks for it; the tiers' own tests turn it on).
+os.environ.setdefault("SYMGRAD_NUMBA_TIER", "0")
 collect_ignore = ["tests/data"]  # (scripts that made the tests' data, run by hand with a GradBench checkout)
 
 
@@ -23,3 +26,11 @@ def _background_compiles_end_with_their_test():
 
     tiers.drop_background_compiles()
     tiers.compiles_done()
+
+
+@pytest.fixture
+def numba_tier(monkeypatch):
+    """Numba's tier under "auto", as users have it (the tiers' own tests)."""
+    from symgrad.compile import tiers
+
+    monkeypatch.setattr(tiers, "NUMBA_TIER", True)

@@ -25,8 +25,10 @@ def _fresh():
 
 @pytest.fixture
 def first_on_c(monkeypatch, tmp_path):
-    """A fresh cache, the loop VM not at hand (so the C kernels come first), no C failure seen yet."""
+    """A fresh cache, the loop VM not at hand (so the C kernels come first), Numba's tier after them, no C
+    failure seen yet."""
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tiers, "NUMBA_TIER", True)
     monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
     monkeypatch.setattr(tiers, "C_FAILED", [])
 

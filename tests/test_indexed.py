@@ -27,7 +27,7 @@ def rosenbrock_by_hand(x0):
     return value, g
 
 
-def test_the_api_of_the_issue_end_to_end():
+def test_the_api_of_the_issue_end_to_end(numba_tier):
     n = 10_000
     f, x = rosenbrock(n)
     g = sg.grad(f, x)

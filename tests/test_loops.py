@@ -128,7 +128,7 @@ def _rosen_like(v, salt):
     return np.sum((v[1:] - v[:-1] ** 2) ** 2) * salt
 
 
-def test_auto_runs_on_the_vm_while_numba_compiles_then_numba_takes_over(monkeypatch):
+def test_auto_runs_on_the_vm_while_numba_compiles_then_numba_takes_over(numba_tier, monkeypatch):
     """Tiered compilation: the first result at once from the loop VM, the same numbers from Numba."""
     import pickle
 
@@ -153,7 +153,7 @@ def test_auto_runs_on_the_vm_while_numba_compiles_then_numba_takes_over(monkeypa
 
 @pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 @pytest.mark.parametrize("vm_at_hand", [False, True])
-def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(monkeypatch, vm_at_hand):
+def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(numba_tier, monkeypatch, vm_at_hand):
     """With a C compiler the tiers are the loop VM (where compiled), the C kernels (gcc: a fraction of a
     second), then Numba's; each gives the interpreter's numbers, and a late tier never replaces a later one."""
     from symgrad.compile import loop_vm
@@ -178,7 +178,8 @@ def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(monke
 
 @pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 @pytest.mark.parametrize("numba_faster", [False, True])
-def test_numbas_kernels_replace_the_c_ones_only_where_faster_on_a_sampled_call(monkeypatch, numba_faster):
+def test_numbas_kernels_replace_the_c_ones_only_where_faster_on_a_sampled_call(numba_tier, monkeypatch,
+                                                                                 numba_faster):
     """The Numba tier is timed against the C kernels on the arguments of a call made on them (alternating,
     the best of each), and kept only where 5% faster; no call's arguments are kept afterwards."""
     from symgrad.compile import function, loop_vm, tiers
@@ -202,7 +203,7 @@ def test_numbas_kernels_replace_the_c_ones_only_where_faster_on_a_sampled_call(m
     assert vg(v)[0] == pytest.approx(_rosen_like(v, salt), rel=1e-13)
 
 
-def test_a_failed_background_compile_leaves_the_vm_running(monkeypatch):
+def test_a_failed_background_compile_leaves_the_vm_running(numba_tier, monkeypatch):
     from symgrad.compile import loop_vm, tiers
 
     monkeypatch.setattr(loop_vm, "at_hand", lambda: True)
@@ -554,7 +555,7 @@ def test_a_sum_of_a_tensor_rides_along_the_loop_filling_it():
     assert len(set(re.findall(r"work\[\d+:\d+\]\.reshape\(\(3000,\)\)", kernel))) == 2
 
 
-def test_background_compiles_wait_for_the_foreground_builds():
+def test_background_compiles_wait_for_the_foreground_builds(numba_tier):
     """A background compile queued during compile.tiers.building() starts only once the build ends
     (building the next kernels while Numba compiled the first ones took twice as long)."""
     import time

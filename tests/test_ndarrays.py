@@ -105,7 +105,7 @@ def test_random_slices_and_reductions_equal_numpy_and_the_element_trace(n, step,
     np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-12)
 
 
-def test_rosenbrock_from_numpy_code_is_ready_at_any_size_and_matches_by_hand():
+def test_rosenbrock_from_numpy_code_is_ready_at_any_size_and_matches_by_hand(numba_tier):
     fn = PROGRAMS["rosenbrock"]
     for n in (100, 10**6):
         x0 = np.linspace(-1.0, 1.2, n)

@@ -170,7 +170,7 @@ def test_a_trace_without_rolled_form_says_so_once_and_explains():
     assert g.explain().splitlines()[1] == "  x: (100,) -> rolled (whole arrays: loops), 6 nodes, loops on vm"
 
 
-def test_long_loop_programs_compile_in_pieces_under_auto(monkeypatch):
+def test_long_loop_programs_compile_in_pieces_under_auto(numba_tier, monkeypatch):
     from symgrad.compile import function, loop_vm, pieces
 
     # Even where the loop VM is not compiled yet (seconds), a long program runs on it first (minutes of Numba).

@@ -165,6 +165,8 @@ class Compiled:
         ``drop_background_compiles``). The C compiler's tier runs on a thread of its own, beside
         Numba's (a subprocess: the two compile at once where the machine has cores); a tier never
         replaces a faster one that came in first."""
+        if not made:
+            return self
         generation = tiers.GENERATION[0]
 
         def swap(rank: int, backend: str, make: Any) -> bool:
@@ -449,17 +451,17 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
     load) is warned of once and not used again in this process."""
     c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available()
     translated = tiers.c_kernels(program) if c else None  # (parsed here, built on a worker)
-    numba_tier = ("numba", lambda: program.kernels("numba"))
-    if loop_vm.at_hand() or (program.split and translated is None):  # (a long program compiles for minutes
-        # in Numba: the VM's own first compile, seconds, is worth it then)
+    numba_tier = [("numba", lambda: program.kernels("numba"))] if tiers.NUMBA_TIER else []
+    if loop_vm.at_hand() or (program.split and translated is None) or not (translated or numba_tier):
+        # (a long program compiles for minutes in Numba: the VM's own first compile, seconds, is worth it then)
         first = [("c", lambda: tiers.c_built(translated))] if translated is not None else []
-        return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, numba_tier)
+        return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, *numba_tier)
     if translated is not None:
         try:
-            return Compiled(program, tiers.c_built(translated), shape, pattern)._upgrade(numba_tier)
+            return Compiled(program, tiers.c_built(translated), shape, pattern)._upgrade(*numba_tier)
         except c_backend.CompilerError:
             pass  # (warned)
-    return _from_program(program, "numba", shape, pattern, None)
+    return _from_program(program, "numba" if numba_tier else "vm", shape, pattern, None)
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,

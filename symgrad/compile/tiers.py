@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # Where a C compiler is found, the tiers of a loop program include its C kernels: ready in a fraction of
 # a second (gcc), where Numba takes seconds to minutes; Numba's replace them where timed faster.
 C_TIER = True
+# Numba's kernels as the last tier ($SYMGRAD_NUMBA_TIER=0: none, the loops stay on the VM's or the C compiler's
+# kernels; for a machine short of cores, or a test suite, where each background compile costs seconds)
+NUMBA_TIER = os.environ.get("SYMGRAD_NUMBA_TIER", "1") != "0"
 C_FAILED: list[str] = []  # the C compiler's first failure in this process: the C tier is left out after it
 FOREGROUND_WAIT = 2.0  # seconds a background compile waits for the foreground builds to end, at most
 GENERATION = [0]  # bumped to drop the background compiles queued so far
@@ -115,7 +118,9 @@ def c_built(kernels: Kernels) -> Kernels:
     except c_backend.CompilerError as e:
         if not C_FAILED:
             C_FAILED.append(str(e))
-            warnings.warn(f"symgrad: {e}; compiled code comes from Numba instead (in this process)", stacklevel=2)
+            instead = "Numba" if NUMBA_TIER else "the loop VM"
+            warnings.warn(f"symgrad: {e}; compiled code comes from {instead} instead (in this process)",
+                          stacklevel=2)
         raise
 
 
