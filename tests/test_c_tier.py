@@ -167,3 +167,24 @@ def test_the_compilers_probe_runs_once_per_machine_and_a_file_with_other_flags_i
         assert c_backend.flags() == want and "-fplugin" not in kept.read_text()
     finally:
         c_backend._probed.cache_clear()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork")
+def test_a_child_forked_while_the_compiler_is_probed_can_probe_it(monkeypatch, tmp_path):
+    import os
+
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    with c_backend._PROBING:  # (the import's probe under way in another thread, as a fork sees it)
+        pid = os.fork()
+        if pid == 0:  # (the child: its lock is a fresh one, and the probe runs)
+            code = 2
+            try:
+                if not c_backend._PROBING.acquire(timeout=10):  # (held: the fork kept the parent's lock)
+                    os._exit(2)
+                c_backend._PROBING.release()
+                c_backend._probed.cache_clear()
+                code = 0 if c_backend.flags()[:2] == ("-std=c99", "-O2") else 1
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -104,6 +104,15 @@ def flags() -> tuple[str, ...]:
     return _probe(tuple(_command()))[1]
 
 
+def _unlocked_in_child() -> None:
+    global _PROBING
+    _PROBING = threading.Lock()
+
+
+# A child forked while the import's probe ran would inherit its lock held, and wait for it forever.
+os.register_at_fork(after_in_child=_unlocked_in_child)
+
+
 def _probe(command: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """The compiler's version line and flags, found by running it (0.02-0.07 s a run) once per machine, not
     once a process: kept beside the shared objects, named by the compiler's path, size and time of change
