@@ -276,6 +276,24 @@ def test_fuzz_c_loops():
     assert not found, _report(found)
 
 
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
+def test_fuzz_products_through_blas_on_the_c_loops_and_the_vm(monkeypatch):
+    """Products of every size calling BLAS (``plan.BLAS_MIN`` lowered from 4096 multiply-adds, which the
+    fuzzer's small arrays never reach): the C loops' products (c_blas.py, gemm / gemv / dot as Numba calls
+    them) and the loop VM's, against the interpreter."""
+    from symgrad.compile import c_blas, plan
+
+    monkeypatch.setattr(plan, "BLAS_MIN", 8)
+    translated = []
+    call = c_blas.call
+    monkeypatch.setattr(c_blas, "call", lambda *a: translated.append(a) or call(*a))
+    stats: dict = {}
+    found = fuzz.run(programs=30, seed=7, backends=("python", "c", "vm"), extras_every=4, element_every=0,
+                     minimise_seconds=10, stats=stats)
+    assert len(translated) >= 5 and stats.get("ok", 0) > 20, (len(translated), stats)
+    assert not found, _report(found)
+
+
 def test_terms_that_cancel_are_compared_at_their_rounding():
     """np.sum(np.outer(v, v) - np.mean(np.outer(v, v))) of equal entries is 0 exactly in the interpreter and
     NumPy, about 1e-10 on the loop VM (terms of 6400 added in another order): rounding of the terms, not a
