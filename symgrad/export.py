@@ -4,7 +4,7 @@ What can be exported: symbolic formulas (``sg.compile`` / ``sg.value_and_grad`` 
 sparse: straight-line Programs) and traced Python functions (``sg.jit`` / ``sg.grad`` /
 ``sg.value_and_grad`` / ``sg.jacobian`` / ``sg.hessian`` / ``sg.hvp``): straight-line code where their
 arrays are traced element by element (under 64 elements), C loops where they are traced onto rolled
-arrays (compile/c_loops.py: files flat in the arrays' sizes). docs/export.md has the calling convention.
+arrays (compile/c_export_loops.py: files flat in the arrays' sizes). docs/export.md has the calling convention.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compile import c_loops
+from symgrad.compile import c_export_loops
 from symgrad.compile.c_source import Layout, check_name, dense, export_source
 from symgrad.compile.function import Compiled
 from symgrad.compile.loop_program import LoopProgram
@@ -52,13 +52,13 @@ def export_c(fun: Any, *example_args: Any, name: str = "f", directory: str | Pat
         rolled = _rolled_sparse(fun, example_args)
         if rolled is not None:
             program, layout, layers = rolled
-            return _write(c_loops.export_source(program, layout, name, layers), name, directory)
+            return _write(c_export_loops.export_source(program, layout, name, layers), name, directory)
         trace = fun.trace(*example_args)
         program, layout = trace.compiled.program, trace_layout(trace)
     else:
         raise TypeError("export_c: expected a compiled formula (sg.compile, sg.value_and_grad of expressions) or "
                         f"a traced function (sg.jit, sg.grad, ...), got {type(fun).__name__}")
-    write = c_loops.export_source if isinstance(program, LoopProgram) else export_source
+    write = c_export_loops.export_source if isinstance(program, LoopProgram) else export_source
     return _write(write(program, layout, name), name, directory)
 
 

@@ -2,6 +2,7 @@
 objects misbehave: a failing or C++ compiler, objects cut short in the cache or not loadable, a pickled
 function landing where there is no compiler, the cache's size limit, bad arguments on the C kernels."""
 
+import os
 import pickle
 import shutil
 
@@ -169,10 +170,8 @@ def test_the_compilers_probe_runs_once_per_machine_and_a_file_with_other_flags_i
         c_backend._probed.cache_clear()
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_a_child_forked_while_the_compiler_is_probed_can_probe_it(monkeypatch, tmp_path):
-    import os
-
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
     with c_backend._PROBING:  # (the import's probe under way in another thread, as a fork sees it)
         pid = os.fork()

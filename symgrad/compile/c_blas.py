@@ -66,24 +66,21 @@ void sg_mv(const double* X, int tx, const double* v, double* out, int m, int k);
 _INT_MAX = 2 ** 31 - 1
 
 
-def call(a: tuple[str, tuple[int, ...], bool], b: tuple[str, tuple[int, ...], bool], c: str) -> str:
-    """The C line of ``np.dot(A, B, C)``: each operand its pointer, stored shape and whether read transposed.
+def call(a: str, ta: bool, b: str, tb: bool | None, c: str, sizes: tuple[int, int, int]) -> str:
+    """The C line of ``np.dot(A, B, C)``: A (``sizes`` m x k) at ``a``, read transposed if ``ta``; B at ``b`` a
+    matrix (k x n) read transposed if ``tb``, or a vector (``tb`` None); C at ``c``.
 
-    >>> call(("a", (3, 4), False), ("b", (5, 4), True), "c")
+    >>> call("a", False, "b", True, "c", (3, 4, 5))
     'sg_mm(a, 0, b, 1, c, 3, 4, 5);'
-    >>> call(("a", (4, 3), True), ("v", (4,), False), "c")
+    >>> call("a", True, "v", None, "c", (3, 4, 1))
     'sg_mv(a, 1, v, c, 3, 4);'
     """
-    (pa, sa, ta), (pb, sb, tb) = a, b
-    if len(sa) != 2:
-        raise NotImplementedError("the C backend cannot write a product whose first factor is a vector")
-    m, k = sa[::-1] if ta else sa
-    sizes = (m, k, sb[::-1][-1] if tb else sb[-1]) if len(sb) == 2 else (m, k)
     if max(sizes) > _INT_MAX:  # (BLAS's sizes are C ints; Numba raises OverflowError)
         raise NotImplementedError("the C backend cannot hand BLAS a product this large")
-    if len(sb) == 2:
-        return f"sg_mm({pa}, {int(ta)}, {pb}, {int(tb)}, {c}, {', '.join(map(str, sizes))});"
-    return f"sg_mv({pa}, {int(ta)}, {pb}, {c}, {m}, {k});"
+    m, k, n = sizes
+    if tb is None:
+        return f"sg_mv({a}, {int(ta)}, {b}, {c}, {m}, {k});"
+    return f"sg_mm({a}, {int(ta)}, {b}, {int(tb)}, {c}, {m}, {k}, {n});"
 
 
 def prefetch() -> None:
