@@ -187,3 +187,39 @@ def test_a_child_forked_while_the_compiler_is_probed_can_probe_it(monkeypatch, t
                 os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_short_straight_line_program_runs_on_c_then_on_numba_with_the_same_bits(first_on_c):
+    """Under "auto" a short straight-line program's first kernels are the C compiler's, Numba's after them;
+    the two give the same bits for every op and its partials on special values and random points (so a
+    function's results do not move when Numba's kernels take over)."""
+    from test_compile import GRID, every_op_and_its_gradient
+
+    x, y, z = sg.symbols("x y z")
+    salt = 1.0 + np.random.default_rng().random()  # (a program no cache holds)
+    vg = sg.value_and_grad(sg.sin(x * salt) * y + z ** 3, [x, y, z])
+    assert vg.backend == "c" and vg([0.5, 2.0, 3.0])[0] == pytest.approx(np.sin(0.5 * salt) * 2 + 27, rel=1e-15)
+    assert vg.ready().backend == "numba" and vg([0.5, 2.0, 3.0])[1][2] == 27.0
+    outs = every_op_and_its_gradient()
+    scales = 10.0 ** np.arange(-3, 3).repeat(50)[:, None]
+    points = np.concatenate([GRID, np.random.default_rng(1).normal(size=(300, 3)) * scales])
+    got = {b: sg.compile(outs, [x, y, z], backend=b).batch(points) for b in ("c", "numba")}
+    nan = np.isnan(got["c"])  # (a nan's sign means nothing: the C library and LLVM's folding set it differently)
+    assert np.array_equal(nan, np.isnan(got["numba"])) and (got["c"] == got["numba"])[~nan].all()
+    assert np.array_equal(np.signbit(got["c"])[~nan], np.signbit(got["numba"])[~nan])
+
+
+def test_a_long_kernel_is_built_at_o1_with_the_same_bits(monkeypatch, tmp_path):
+    """A kernel longer than LONG_LINES is built at -O1 (gcc's time on long kernels nearly halves): an object of
+    its own, the same bits as at -O2."""
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    x, i = sg.array("x", 300), sg.index("i", 299)
+    f = sg.sum(sg.exp(sg.tanh(x[i + 1]) - x[i] ** 2) * sg.log1p(x[i] ** 2), i)
+    v = np.random.default_rng(2).normal(size=300)
+    got = {}
+    for lines in (c_backend.LONG_LINES, 0):
+        monkeypatch.setattr(c_backend, "LONG_LINES", lines)
+        value, g = sg.value_and_grad(f, [x], backend="c")(v)
+        got[lines] = np.concatenate([[value], g])
+    objects = list((tmp_path / "c").glob("l*.so"))
+    assert len(objects) == 2 and np.array_equal(got[0], got[c_backend.LONG_LINES])

@@ -156,7 +156,8 @@ def test_program_printout_and_attributes():
     assert vg.backend == "vm" and vg.n_ops == 5 and vg.source == text
     fn = sg.compile(x * y + sg.sin(x), [x, y], backend="numba")
     assert "math.sin(v0)" in fn.source and "@numba.njit" in fn.source
-    assert sg.compile(x * y, [x, y]).backend == "numba"  # auto: small graphs get straight-line code
+    # auto: small graphs get straight-line code (the C compiler's first where there is one, then Numba's)
+    assert sg.compile(x * y, [x, y]).backend in ("c", "numba")
     big = sum(sg.sin(x * i + y) for i in range(300))
     assert sg.compile(big, [x, y]).backend == "vm"
     assert "vm:" in repr(sg.compile(big, [x, y]))

@@ -432,13 +432,15 @@ def _made(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
 
 
 def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roots: list[Expr] | None) -> Compiled:
-    """``program``'s Compiled on ``backend``, "auto" choosing (and tiering a loop program)."""
-    if backend == "auto" and isinstance(program, LoopProgram):
+    """``program``'s Compiled on ``backend``, "auto" choosing (and tiering a loop program, or a short
+    straight-line one)."""
+    loops = isinstance(program, LoopProgram)
+    if backend == "auto" and (loops or len(program) <= AUTO_THRESHOLD):
         if TIERED and not numba_on_disk(program):
-            return _tiered(program, shape, pattern)
+            return _tiered(program, shape, pattern) if loops else _tiered_straight(program, shape, pattern)
         backend = "numba"
     elif backend == "auto":
-        backend = "numba" if len(program) <= AUTO_THRESHOLD else "vm"
+        backend = "vm"
     needs_roots = backend in REGISTRY["program"] and REGISTRY["program"][backend].needs_roots
     return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 
@@ -462,6 +464,19 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
         except c_backend.CompilerError:
             pass  # (warned)
     return _from_program(program, "numba" if numba_tier else "vm", shape, pattern, None)
+
+
+def _tiered_straight(program: Program, shape: tuple, pattern: tuple | None) -> Compiled:
+    """A short straight-line program not in the disk cache under "auto": the C compiler's kernels first
+    (~0.1 s, where Numba's compile takes 0.4-1 s; a call through ctypes costs ~7 us), then Numba's (~1 us a
+    call) once compiled: the same bits (both call the C library's exp, log, ...)."""
+    numba_tier = [("numba", lambda: program.kernels("numba"))] if tiers.NUMBA_TIER else []
+    if tiers.C_TIER and not tiers.C_FAILED and c_backend.available():
+        try:
+            return Compiled(program, tiers.c_built(program.kernels("c")), shape, pattern)._upgrade(*numba_tier)
+        except c_backend.CompilerError:
+            pass  # (warned)
+    return _from_program(program, "numba", shape, pattern, None)
 
 
 def _from_program(program: Program, backend: str, shape: tuple, pattern: tuple | None,
