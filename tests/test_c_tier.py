@@ -223,3 +223,12 @@ def test_a_long_kernel_is_built_at_o1_with_the_same_bits(monkeypatch, tmp_path):
         got[lines] = np.concatenate([[value], g])
     objects = list((tmp_path / "c").glob("l*.so"))
     assert len(objects) == 2 and np.array_equal(got[0], got[c_backend.LONG_LINES])
+
+
+def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatch):
+    """Loaded shared objects are never unloaded: past $SYMGRAD_MAX_PROGRAMS of them "auto" builds no more."""
+    x = sg.Var("x")
+    salt = 1.0 + np.random.default_rng().random()
+    assert sg.compile(x * salt, [x]).backend == "c" and c_backend._OPENED
+    monkeypatch.setenv("SYMGRAD_MAX_PROGRAMS", str(len(c_backend._OPENED)))
+    assert not c_backend.has_room() and sg.compile(x * (salt + 1), [x]).backend != "c"

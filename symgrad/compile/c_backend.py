@@ -53,6 +53,7 @@ LONG_LINES = 4000
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 _LOCK = threading.Lock()
 _PROBING = threading.Lock()
+_OPENED: set[Path] = set()  # the shared objects loaded (never unloaded: ctypes does not dlclose them)
 _c, _ll, _d = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_double
 
 
@@ -241,6 +242,17 @@ def _run(command: list[str], name: str) -> None:
                             f"({name}): {said}")
 
 
+def has_room() -> bool:
+    """Whether one more shared object fits under ``$SYMGRAD_MAX_PROGRAMS`` (as Numba's modules: loaded code is
+    never freed, so a process compiling new functions forever would grow without bound); past it "auto" leaves
+    the C tier out.
+
+    >>> has_room() in (True, False)
+    True
+    """
+    return len(_OPENED) < cache.max_programs()
+
+
 def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
     """The loaded shared object of ``build(text, stem, others)``; a cached one that does not load (cut short,
     say) is built again once; CompilerError where it still does not (a cache directory mounted noexec).
@@ -249,6 +261,7 @@ def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
     True
     """
     target = build(text, stem, others)
+    _OPENED.add(target)
     try:
         return ctypes.CDLL(str(target))
     except OSError:

@@ -435,9 +435,13 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
     """``program``'s Compiled on ``backend``, "auto" choosing (and tiering a loop program, or a short
     straight-line one)."""
     loops = isinstance(program, LoopProgram)
-    if backend == "auto" and (loops or len(program) <= AUTO_THRESHOLD):
+    if backend == "auto" and not loops and len(program) <= AUTO_THRESHOLD:
+        # (even where Numba's kernels are on disk: loading them takes a fresh process ~0.7 s, the C object ~0.01)
+        return _tiered_straight(program, shape, pattern) if TIERED else _from_program(program, "numba", shape,
+                                                                                      pattern, None)
+    if backend == "auto" and loops:
         if TIERED and not numba_on_disk(program):
-            return _tiered(program, shape, pattern) if loops else _tiered_straight(program, shape, pattern)
+            return _tiered(program, shape, pattern)
         backend = "numba"
     elif backend == "auto":
         backend = "vm"
@@ -451,7 +455,7 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
     and Numba's as each is ready: all with the same bits (the C loops call fastmath's exp and log as
     Numba's do, and BLAS as Numba calls it). A C compiler that fails (or whose objects do not
     load) is warned of once and not used again in this process."""
-    c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available()
+    c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available() and c_backend.has_room()
     translated = tiers.c_kernels(program) if c else None  # (parsed here, built on a worker)
     numba_tier = [("numba", lambda: program.kernels("numba"))] if tiers.NUMBA_TIER else []
     if loop_vm.at_hand() or (program.split and translated is None) or not (translated or numba_tier):
@@ -467,11 +471,12 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
 
 
 def _tiered_straight(program: Program, shape: tuple, pattern: tuple | None) -> Compiled:
-    """A short straight-line program not in the disk cache under "auto": the C compiler's kernels first
-    (~0.1 s, where Numba's compile takes 0.4-1 s; a call through ctypes costs ~7 us), then Numba's (~1 us a
-    call) once compiled: the same bits (both call the C library's exp, log, ...)."""
+    """A short straight-line program under "auto": the C compiler's kernels first (~0.1 s to build where
+    Numba's compile takes 0.4-1 s; from the disk cache ~0.01 s where loading Numba's takes a fresh process
+    ~0.7 s; a call through ctypes costs ~7 us), then Numba's (~1 us a call) once compiled or loaded: the same
+    bits (both call the C library's exp, log, ...)."""
     numba_tier = [("numba", lambda: program.kernels("numba"))] if tiers.NUMBA_TIER else []
-    if tiers.C_TIER and not tiers.C_FAILED and c_backend.available():
+    if tiers.C_TIER and not tiers.C_FAILED and c_backend.available() and c_backend.has_room():
         try:
             return Compiled(program, tiers.c_built(program.kernels("c")), shape, pattern)._upgrade(*numba_tier)
         except c_backend.CompilerError:
