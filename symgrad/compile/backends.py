@@ -128,14 +128,12 @@ _PIECE = (*(types.float64[::1],) * 5, types.int64[::1])
 _KERNEL = (types.float64[::1],) * 4
 
 
-def numba_on_disk(program: LoopProgram | Program) -> bool:
-    """Whether Numba's machine code for ``program`` (rolled or straight-line) is in the disk cache (ready in
-    a moment)."""
-    loops = isinstance(program, LoopProgram)
-    name = _loop_module_name(program) if loops else module_name(program)
+def numba_on_disk(program: LoopProgram) -> bool:
+    """Whether Numba's machine code for ``program`` is in the disk cache (ready in a moment)."""
+    name = _loop_module_name(program)
     if not cache.has_room(name) or not cache.indexed(name):  # (not loaded to find it is not there)
         return False
-    module = cache.load(name, program.source if loops else numba_backend.source(program))
+    module = cache.load(name, program.source)
     return all(cache.on_disk(module, f) for f in _compiled_functions(module))
 
 

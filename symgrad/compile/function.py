@@ -39,7 +39,8 @@ BACKENDS = ("auto", *REGISTRY["program"])
 # then costs more than the VM's slower run saves for all but very hot loops.
 AUTO_THRESHOLD = 200
 # Under "auto" a loop program not yet in the disk cache runs on the loop VM at once while Numba
-# compiles it on a background thread; the Numba kernels take over when ready (Compiled.ready()).
+# compiles it on a background thread; the Numba kernels take over when ready (Compiled.ready()). A short
+# straight-line program starts on the C compiler's kernels the same way (_tiered_straight).
 TIERED = True
 
 _EMPTY = np.empty(0)
@@ -434,14 +435,13 @@ def _made(roots: list[Expr], inputs: Any, params: Any, backend: str, shape: tupl
 def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roots: list[Expr] | None) -> Compiled:
     """``program``'s Compiled on ``backend``, "auto" choosing (and tiering a loop program, or a short
     straight-line one)."""
-    loops = isinstance(program, LoopProgram)
-    if backend == "auto" and not loops and len(program) <= AUTO_THRESHOLD:
-        # (even where Numba's kernels are on disk: loading them takes a fresh process ~0.7 s, the C object ~0.01)
-        return _tiered_straight(program, shape, pattern) if TIERED else _from_program(program, "numba", shape,
-                                                                                      pattern, None)
-    if backend == "auto" and loops:
+    if backend == "auto" and isinstance(program, LoopProgram):
         if TIERED and not numba_on_disk(program):
             return _tiered(program, shape, pattern)
+        backend = "numba"
+    elif backend == "auto" and len(program) <= AUTO_THRESHOLD:
+        if TIERED:  # (even where Numba's kernels are on disk: a fresh process loads them in ~0.7 s, C's in ~0.01)
+            return _tiered_straight(program, shape, pattern)
         backend = "numba"
     elif backend == "auto":
         backend = "vm"
