@@ -171,18 +171,20 @@ def test_the_compilers_probe_runs_once_per_machine_and_a_file_with_other_flags_i
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
-def test_a_child_forked_while_the_compiler_is_probed_can_probe_it(monkeypatch, tmp_path):
+@pytest.mark.parametrize("lock", ["_PROBING", "_LOCK"])
+def test_a_child_forked_while_the_compiler_is_probed_or_runs_can_build(monkeypatch, tmp_path, lock):
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
-    with c_backend._PROBING:  # (the import's probe under way in another thread, as a fork sees it)
+    with getattr(c_backend, lock):  # (the import's probe, or a build, under way in another thread, as forked)
         pid = os.fork()
-        if pid == 0:  # (the child: its lock is a fresh one, and the probe runs)
+        if pid == 0:  # (the child: its locks are fresh ones, and the probe and a build run)
             code = 2
             try:
-                if not c_backend._PROBING.acquire(timeout=10):  # (held: the fork kept the parent's lock)
+                if not getattr(c_backend, lock).acquire(timeout=10):  # (held: the fork kept the parent's lock)
                     os._exit(2)
-                c_backend._PROBING.release()
+                getattr(c_backend, lock).release()
                 c_backend._probed.cache_clear()
-                code = 0 if c_backend.flags()[:2] == ("-std=c99", "-O2") else 1
+                built = c_backend.build("double sg_two(void) { return 2.0; }", "fork").is_file()
+                code = 0 if built and c_backend.flags()[:2] == ("-std=c99", "-O2") else 1
             finally:
                 os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -200,7 +202,9 @@ def test_a_short_straight_line_program_runs_on_c_then_on_numba_with_the_same_bit
     vg = sg.value_and_grad(sg.sin(x * salt) * y + z ** 3, [x, y, z])
     assert vg.backend == "c" and vg([0.5, 2.0, 3.0])[0] == pytest.approx(np.sin(0.5 * salt) * 2 + 27, rel=1e-15)
     assert vg.ready().backend == "numba" and vg([0.5, 2.0, 3.0])[1][2] == 27.0
-    outs = every_op_and_its_gradient()
+    # (and library functions of what can only be a few constants: gcc must not work them out at compile time)
+    outs = every_op_and_its_gradient() + [sg.expm1(sg.sign(x)), sg.asinh(sg.where(x > 0, 0.1, 2.5)),
+                                          sg.sin(sg.lt(y, 0.0)), sg.erf(sg.floor(z)) ** sg.sign(y)]
     scales = 10.0 ** np.arange(-3, 3).repeat(50)[:, None]
     points = np.concatenate([GRID, np.random.default_rng(1).normal(size=(300, 3)) * scales])
     got = {b: sg.compile(outs, [x, y, z], backend=b).batch(points) for b in ("c", "numba")}
@@ -232,3 +236,28 @@ def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatc
     assert sg.compile(x * salt, [x]).backend == "c" and c_backend._OPENED
     monkeypatch.setenv("SYMGRAD_MAX_PROGRAMS", str(len(c_backend._OPENED)))
     assert not c_backend.has_room() and sg.compile(x * (salt + 1), [x]).backend != "c"
+
+
+def test_the_c_kernels_write_only_writable_buffers_and_take_subclasses(first_on_c, tmp_path, monkeypatch):
+    """A read-only out= is refused as on Numba's kernels (not written: it may be a bytes object's memory); a
+    memmap is an array; a function tiered without a tier to come still pickles as "auto" (no compiler where
+    it lands: it runs elsewhere)."""
+    monkeypatch.setattr(tiers, "NUMBA_TIER", False)
+    x, y = sg.symbols("x y")
+    salt = 1.0 + np.random.default_rng().random()
+    vg = sg.value_and_grad(x * y * salt, [x, y])
+    assert vg.backend == "c"
+    data = bytes(16)
+    with pytest.raises(ValueError, match="out: expected a writable"):
+        vg([2.0, 3.0], out=np.frombuffer(data))
+    assert data == bytes(16)
+    out = np.memmap(tmp_path / "out.bin", dtype=np.float64, mode="w+", shape=(2,))
+    assert vg([2.0, 3.0], out=out) == pytest.approx(6.0 * salt) and out[0] == pytest.approx(3.0 * salt)
+    text = pickle.dumps(vg)
+    monkeypatch.setenv("CC", "no-such-cc")
+    c_backend._compiler.cache_clear()
+    try:
+        back = pickle.loads(text)
+        assert back.backend != "c" and back([2.0, 3.0])[0] == pytest.approx(6.0 * salt)
+    finally:
+        c_backend._compiler.cache_clear()

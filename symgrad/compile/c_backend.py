@@ -39,7 +39,13 @@ from symgrad.compile.program import Program
 
 # (-fno-math-errno: the files never read errno, and a sqrt that may set it is a call, not an instruction,
 # which also keeps loops around it from vectorising: the collocation problem's Hessian kernel 376 -> 194 us)
-FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC")
+# (-fno-builtin-<f>: gcc works out a library function of a constant at compile time, correctly rounded,
+# where the C library Numba calls at run time may be an ulp off: expm1(sign(x)) gave the C kernels and
+# Numba's different bits. sqrt, fabs, floor ... are exact either way and stay instructions.)
+_LIBM = ("exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "pow", "sin", "cos", "tan", "asin", "acos",
+         "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "tgamma",
+         "cbrt", "hypot")
+FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-builtin-{f}" for f in _LIBM))
 # Where the compiler takes them: this CPU's instructions and -O3's vectoriser at -O2's compile time
 # (ODE's RK4 loops 0.43 -> 0.15 ms, as Numba's; an LSTM gradient's 8000 lines 4.5 -> 6 s to build
 # where -O3 takes 8-10 s). -ffp-contract=off (gcc's default under -std=c99, not clang's): no fused
@@ -110,11 +116,11 @@ def flags() -> tuple[str, ...]:
 
 
 def _unlocked_in_child() -> None:
-    global _PROBING
-    _PROBING = threading.Lock()
+    global _PROBING, _LOCK
+    _PROBING, _LOCK = threading.Lock(), threading.Lock()
 
 
-# A child forked while the import's probe ran would inherit its lock held, and wait for it forever.
+# A child forked while the import's probe (or a build) ran would inherit its lock held, and wait forever.
 os.register_at_fork(after_in_child=_unlocked_in_child)
 
 
@@ -274,10 +280,14 @@ def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
                             "noexec? ($SYMGRAD_CACHE_DIR)") from None
 
 
-def _arrays(*arrays: np.ndarray) -> None:
-    for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != np.float64 or not a.flags.c_contiguous:
+def _arrays(*arrays: np.ndarray, written: int = 1) -> None:
+    """The kernels' arguments: C-contiguous float64 arrays, the last ``written`` of them writable (the C code
+    would write a read-only buffer, even one over a bytes object)."""
+    for k, a in enumerate(arrays):
+        if not isinstance(a, np.ndarray) or a.dtype != np.float64 or not a.flags.c_contiguous:
             raise TypeError("symgrad: the c backend takes C-contiguous float64 arrays")
+        if k >= len(arrays) - written and not a.flags.writeable:
+            raise ValueError("symgrad: the c backend writes its results into a writable array")
 
 
 @register("program", "c")
@@ -342,7 +352,7 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
         return call(library().sg_point, x.ctypes.data, p.ctypes.data, out.ctypes.data)
 
     def batch(X: np.ndarray, P: np.ndarray, V: np.ndarray, OUT: np.ndarray, lo: int, hi: int) -> None:
-        _arrays(X, P, V, OUT)
+        _arrays(X, P, V, OUT, written=2)
         n = X.shape[0]
         if (X.ndim != 2 or X.shape[1] != nx or P.ndim != 2 or P.shape[1] != n_p or P.shape[0] not in (n, 1)
                 or V.shape != (n * value,) or OUT.shape != (n, nout) or not 0 <= lo <= hi <= n):

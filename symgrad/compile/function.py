@@ -81,6 +81,7 @@ class Compiled:
         self._final: Any = None  # a Future of the kernels taking over last (tiered compilation)
         self._tiers: list[tuple[str, Any]] = []  # (backend, Future of its kernels taking over)
         self._rank = -1  # the tier running it
+        self._auto = False  # tiered under "auto" (pickled as "auto", whether or not a tier is still to come)
         self._sample: Any = _TIMED  # a call's (x, p) while a tier may come: the C and Numba kernels timed on it
 
     @property
@@ -139,7 +140,7 @@ class Compiled:
         # the disk cache, or compiles them, exactly as a first compile would.
         # The interpreter's expressions travel as a sg.dumps document, checked where they land (a loop
         # program's are its own roots).
-        backend = "auto" if self._tiers else self.backend  # (tiered: tiered again where it lands)
+        backend = "auto" if self._auto else self.backend  # (tiered: tiered again where it lands)
         roots = None if self._roots is None or isinstance(self.program, LoopProgram) else dumps(self._roots)
         return _unpickled, (self.program, backend, self.shape, self._pattern, roots)
 
@@ -166,6 +167,7 @@ class Compiled:
         ``drop_background_compiles``). The C compiler's tier runs on a thread of its own, beside
         Numba's (a subprocess: the two compile at once where the machine has cores); a tier never
         replaces a faster one that came in first."""
+        self._auto = True
         if not made:
             return self
         generation = tiers.GENERATION[0]
