@@ -2,8 +2,9 @@
 the system C compiler into a shared object, loaded with ctypes, giving the same point / batch / total
 kernels as the Numba backend.
 
-The compiler is ``$CC`` or ``cc`` (``-std=c99 -O2 -fno-math-errno -shared -fPIC``, libm, and this CPU's
-instructions with the loop vectoriser where the compiler takes them: ``flags()``). Shared objects are
+The compiler is ``$CC`` or ``cc`` (``-std=c99 -O2 -fno-math-errno -shared -fPIC``, no compile-time
+evaluation of libm's functions, libm, and this CPU's instructions with the loop vectoriser where the
+compiler takes them: ``flags()``). Shared objects are
 kept in ``c/`` beside the Numba cache, under the same checks (a directory of this user's that nobody else can
 write, docs/security.md), named by the hash of the text and the compiler's command and version, so a
 second process loads the object instead of compiling; without a usable cache directory they are built
