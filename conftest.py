@@ -5,7 +5,8 @@ from pathlib import Path
 
 os.environ.setdefault("SYMGRAD_CACHE_DIR", str(Path(__file__).parent / ".pytest_cache" / "symgrad-kernels"))
 # A test that asks for Numba gets Numba: past the per-process cap (256 generated modules, and as many C shared
-# objects, by default) new programs would run on the VM, and a numba-parametrised test late in a worker would test the VM instead.
+# objects, by default) new programs would run on the VM, and a numba-parametrised test late in a worker would
+# test the VM instead.
 os.environ.setdefault("SYMGRAD_MAX_PROGRAMS", "4096")
 # Under "auto" loop programs stay on the VM's or the C compiler's kernels: Numba's, built in the background
 # for each, cost seconds a test (Numba is tested where a test asks for it; the tiers' own tests turn it on).

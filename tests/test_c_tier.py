@@ -227,6 +227,8 @@ def test_a_long_kernel_is_built_at_o1_with_the_same_bits(monkeypatch, tmp_path):
         got[lines] = np.concatenate([[value], g])
     objects = list((tmp_path / "c").glob("l*.so"))
     assert len(objects) == 2 and np.array_equal(got[0], got[c_backend.LONG_LINES])
+    value, g = sg.value_and_grad(f, [x], backend="python")(v)
+    np.testing.assert_allclose(got[0], np.concatenate([[value], g]), rtol=1e-12, atol=1e-14)
 
 
 def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatch):

@@ -33,20 +33,15 @@ from typing import Any
 import numpy as np
 
 from symgrad.compile import c_blas, c_loops, cache
-from symgrad.compile.c_source import kernel_source
+from symgrad.compile.c_source import INEXACT, kernel_source
 from symgrad.compile.kernels import Kernels, give, register, take
 from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import Program
 
 # (-fno-math-errno: the files never read errno, and a sqrt that may set it is a call, not an instruction,
 # which also keeps loops around it from vectorising: the collocation problem's Hessian kernel 376 -> 194 us)
-# (-fno-builtin-<f>: gcc works out a library function of a constant at compile time, correctly rounded,
-# where the C library Numba calls at run time may be an ulp off: expm1(sign(x)) gave the C kernels and
-# Numba's different bits. sqrt, fabs, floor ... are exact either way and stay instructions.)
-_LIBM = ("exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "pow", "sin", "cos", "tan", "asin", "acos",
-         "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "lgamma", "tgamma",
-         "cbrt", "hypot")
-FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-builtin-{f}" for f in _LIBM))
+# (-fno-builtin-<f>: no library function of constants worked out at compile time: c_source.INEXACT)
+FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-builtin-{f}" for f in INEXACT))
 # Where the compiler takes them: this CPU's instructions and -O3's vectoriser at -O2's compile time
 # (ODE's RK4 loops 0.43 -> 0.15 ms, as Numba's; an LSTM gradient's 8000 lines 4.5 -> 6 s to build
 # where -O3 takes 8-10 s). -ffp-contract=off (gcc's default under -std=c99, not clang's): no fused

@@ -25,7 +25,7 @@ import numpy as np
 
 from symgrad.compile import special
 
-_DOUBLE_CALLS = {**{f"math.{f}": f for f in ("sin", "cos", "tan", "exp", "log", "sqrt", "erf", "erfc", "floor",
+DOUBLE_CALLS = {**{f"math.{f}": f for f in ("sin", "cos", "tan", "exp", "log", "sqrt", "erf", "erfc", "floor",
                                               "copysign", "fabs", "expm1", "log1p", "lgamma")},
                  "math.gamma": "tgamma", "np.floor": "floor", "np.round": "rint", "np.fmod": "fmod",
                  "float": "(double)"}
@@ -238,9 +238,9 @@ class _Function:
             return f"{'llabs' if self._type(e.args[0]) == INT else 'fabs'}({args[0]})"
         if name in NAMES and name != self.name:
             return f"sg_fn_{name}({', '.join(args)})"
-        if name not in _DOUBLE_CALLS or e.keywords:
+        if name not in DOUBLE_CALLS or e.keywords:
             return self.fail(e)
-        return f"{_DOUBLE_CALLS[name]}({', '.join(args)})"
+        return f"{DOUBLE_CALLS[name]}({', '.join(args)})"
 
     def _read(self, e: ast.Subscript) -> str:
         """A module's constant array read at an index (``_BERNOULLI[j]``), or its length (``.shape[0]``)."""

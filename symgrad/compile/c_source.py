@@ -34,6 +34,13 @@ _CALLS = {**{f"math.{f}": f for f in ("sin", "cos", "tan", "asin", "acos", "atan
           "fastmath.minimum": "sg_minimum", "np.sign": "sg_sign", "fastmath.select": "sg_select",
           **{f"fastmath.{c}": f"sg_{c}" for c in ("lt", "le", "gt", "ge", "eq", "ne")},
           "special.gammaln": "sg_gammaln", **{f"special.{n}": f"sg_fn_{n}" for n in c_functions.NAMES[1:]}}
+# The C library's functions the translations call whose results are not exact (sqrt, fabs, floor ... are,
+# and stay instructions): built with -fno-builtin-<f> (c_backend.FLAGS), as gcc would work out one of
+# constants at compile time, correctly rounded, where the library the other backends call may be an ulp off
+# (expm1(sign(x)) gave the C kernels and Numba's different bits). pow: the translation of **; lgamma: sg_gammaln.
+INEXACT = tuple(sorted({f for f in (*_CALLS.values(), *c_functions.DOUBLE_CALLS.values(), "pow", "lgamma")
+                        if f.isidentifier() and not f.startswith("sg_")}
+                       - {"sqrt", "fabs", "floor", "ceil", "fmod", "copysign", "rint"}))
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
