@@ -5,7 +5,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from rolled_graphs import elements, nested_sums, rolled_sums, spread, tied
 
@@ -239,8 +239,13 @@ def test_matrix_products_through_blas_in_any_orientation_equal_the_interpreter(b
     np.testing.assert_allclose(sg.evaluate(AB, point), point[A] @ point[B].T, rtol=1e-13)
 
 
+_X = sg.array("x", 3)
+
+
 @settings(max_examples=60, **SETTINGS)
 @given(rolled_sums(), st.lists(st.floats(-1.5, 1.5), min_size=9, max_size=9), st.floats(-1.0, 1.0))
+@example(fx=(np.fmod(0.5, sg.Var("a")) + _X[0] + sg.sin(sg.Var("a")) + 2, _X), values=[0.0] * 9,
+         a=3.1063841466331044e-114)  # (fmod's partial in b differentiated to 1e211, not 0)
 def test_the_loop_vm_equals_the_interpreter_on_random_bodies(fx, values, a):
     """Every op, max / min, periodic and reversed addresses: nothing compiles per program, so broadly."""
     f, x = fx

@@ -211,3 +211,27 @@ def test_ldexp_at_the_ends_of_the_exponent_range():
     x = sg.Var("x")
     assert float(sg.evaluate(2.0 ** 550 * (2.0 ** 550 * x), {x: 1e-300})) == math.ldexp(1e-300, 1100)
     assert str(3.0 * (2.0 * x)) == "6*x"
+
+
+def test_fmods_higher_derivatives_in_the_divisor_are_exact_where_the_quotient_is_huge():
+    """d fmod(a, b)/db is the whole number -trunc(a/b), constant between jumps: its derivatives are 0. Written
+    as (fmod(a, b) - a)/b and differentiated, two terms of ~a/b**2 cancelled only on paper: at
+    b = 3.1e-114 the loop VM's H v was -1e211 (a fuzzed body in CI). Every backend, against exact rationals."""
+    from fractions import Fraction
+
+    a, b = sg.symbols("a b")
+    f = np.fmod(a, b)
+    db = sg.diff(f, b)
+    outputs = [f, sg.diff(f, a), db, sg.diff(db, b), sg.diff(db, a), sg.diff(sg.diff(db, b), b)]
+    points = [(0.5, 3.1063841466331044e-114), (1.0, 0.1), (-7.25, 0.3), (1e200, 1e-100), (5.5, -1e-200),
+              (-0.0, 2.0), (3.0, 1e5)]
+    for backend in ["python", "vm", "numba", "c"]:
+        run = sg.compile(outputs, [a, b], backend=backend)
+        for p, q in points:
+            got = np.asarray(run(np.array([p, q])), dtype=float)
+            whole = (Fraction(p) - Fraction(float(np.fmod(p, q)))) / Fraction(q)
+            assert whole.denominator == 1
+            # (the partial is computed as (fmod - a)/b: the whole number itself where it is one in floats)
+            np.testing.assert_allclose(got[:3], [np.fmod(p, q), 1.0, -float(whole)], rtol=1e-15,
+                                       err_msg=f"{backend} at {p, q}")
+            np.testing.assert_array_equal(got[3:], 0.0, err_msg=f"{backend} at {p, q}")

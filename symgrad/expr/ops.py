@@ -445,9 +445,11 @@ sinc_derivative = _row("sinc_derivative", 2, _sinc_derivative, "special.sinc_der
                        doc="the n-th derivative of sinc (args: n, a whole number, and a)")
 FUNCTIONS.update(sinc=sinc, sinc_derivative=sinc_derivative)
 
-# C's fmod (NumPy's np.fmod): a - b*trunc(a/b), with a's sign. Its partial in b, -trunc(a/b), is
-# (o - a)/b.
-fmod = _row("fmod", 2, np.fmod, "np.fmod({0}, {1})", (lambda a, b, o: 1.0, lambda a, b, o: (o - a) / b),
+# C's fmod (NumPy's np.fmod): a - b*trunc(a/b), with a's sign. Its partial in b, -trunc(a/b), is the whole
+# number (o - a)/b (a/b rounded can be the next one: fmod(1, 0.1)), held constant: differentiated as
+# written its two terms, ~a/b**2 each, cancel only on paper (at b = 1e-114 the hvp was 1e211, not 0).
+fmod = _row("fmod", 2, np.fmod, "np.fmod({0}, {1})",
+            (lambda a, b, o: 1.0, lambda a, b, o: stop_gradient((o - a) / b)),
             ufunc=np.fmod, to_sympy=lambda a, b: a - b * sympy.sign(a / b) * sympy.floor(sympy.Abs(a / b)),
             branch=lambda a, b: np.trunc(a / b),
             doc="C's fmod: the remainder of a / b truncated toward 0, with a's sign")
