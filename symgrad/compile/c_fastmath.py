@@ -15,7 +15,7 @@ SOURCE = """/* fastmath.py's functions (fdlibm's, Cephes' tanh) as selects: the 
 static inline double sg_bits_double(unsigned long long b) { double d; memcpy(&d, &b, 8); return d; }
 static inline unsigned long long sg_double_bits(double d) { unsigned long long b; memcpy(&b, &d, 8); return b; }
 static inline double sg_scaled(double y, double k) {
-    long long n = (long long)k, half = n >> 1;
+    long long n = (long long)(sg_double_bits(k + 6755399441055744.0) - 0x4338000000000000ULL), half = n >> 1;
     return y * sg_bits_double((unsigned long long)(half + 1023) << 52)
              * sg_bits_double((unsigned long long)(n - half + 1023) << 52);
 }
@@ -34,7 +34,7 @@ static inline double sg_fexp(double x) {
 static inline double sg_fexpm1(double x) {
     double a = x > -40.0 ? x : -40.0;
     a = a < 710.0 ? a : 710.0;
-    double k = (double)(long long)(a * %(INV_LN2)r + (a >= 0.0 ? 0.5 : -0.5));
+    double k = trunc(a * %(INV_LN2)r + (a >= 0.0 ? 0.5 : -0.5));
     k = fabs(a) <= 0.34657359027997264 ? 0.0 : k;
     double hi = a - k * %(LN2_HI)r, lo = k * %(LN2_LO)r, r = hi - lo, c = (hi - r) - lo;
     double hfx = 0.5 * r, hxs = r * hfx;

@@ -4,9 +4,10 @@ Numba calls the C library for ``math.exp``, ``math.tanh``, ``math.log1p``: one c
 which LLVM cannot vectorise without a vector math library (this llvmlite has no SVML), so a loop
 of 8192 ``tanh`` took 65 µs where NumPy's SIMD loop takes 6.6 µs: the whole gap between a traced
 MLP and NumPy by hand. These are fdlibm's algorithms (``e_exp.c``, ``s_expm1.c``, ``e_log.c``,
-``s_log1p.c``) and Cephes' ``tanh`` (on this exp) with every branch a select, so a loop over them
-vectorises. 8192 values here: exp 6.8 µs (library 25), expm1 15 (40), tanh 10.2 (66; musl's,
-on expm1, took 19.6), log 7.6 (22), log1p 8.9 (60). Against the C library, on millions of points
+``s_log1p.c``) and Cephes' ``tanh`` (on this exp) with every branch a select and no conversion to an
+integer (AVX2 has none in vector registers), so a loop over them vectorises. 8192 values on a 2-core
+AVX2 machine: exp 19 µs (the C library 43; 32 with its exponent converted by np.int64), expm1 48
+(89), tanh 32 (132), log 25 (37), log1p 27 (75). Against the C library, on millions of points
 from subnormals to the overflow thresholds (``tests/test_fastmath.py``; fdlibm's own bound
 against the exact value is < 1 ulp): within 1 ulp, tanh within 2; zeros keep their sign, infinities and nan are the
 library's. Generated loops (compiled loops, the loop VM, the VM's lanes) call them as
@@ -45,6 +46,7 @@ _TP0, _TP1, _TP2 = -9.64399179425052238628e-01, -9.92877231001918586564e+01, -1.
 _TQ0, _TQ1, _TQ2 = 1.12811678491632931402e+02, 2.23548839060100448583e+03, 4.84406305325125486048e+03
 _EXP_MAX, _EXP_MIN = 709.782712893383973096, -745.13321910194110842
 _TINY = 2.2250738585072014e-308  # the smallest normal double
+_ROUNDER, _ROUNDER_BITS = 6755399441055744.0, 0x4338000000000000  # 1.5 * 2 ** 52 and its bit pattern
 FUNCTIONS = ("exp", "expm1", "tanh", "log", "log1p")  # the math functions (as_index, select ... are not)
 CALLS = re.compile(rf"fastmath\.({'|'.join(FUNCTIONS)})\(")  # a call of one in generated code
 
@@ -70,8 +72,10 @@ def _float_bits(typingctx: Any, value: Any) -> Any:
 @numba.njit(inline="always")
 def _scaled(y: float, k: float) -> float:
     """y * 2.0 ** k for an integer-valued k in -1074 .. 1024, by two normal factors in turn (no
-    library call; 2 ** 1024 itself overflows, y * 2 ** 512 * 2 ** 512 need not)."""
-    n = np.int64(k)
+    library call; 2 ** 1024 itself overflows, y * 2 ** 512 * 2 ** 512 need not). k as an integer from
+    the low bits of k + 1.5 * 2 ** 52: AVX2 has no vector conversion to int64 (np.int64(k) took the loop
+    out of vector registers and back, element by element)."""
+    n = _float_bits(k + _ROUNDER) - _ROUNDER_BITS
     half = n >> 1
     return y * _bits_as_float((half + 1023) << 52) * _bits_as_float((n - half + 1023) << 52)
 
@@ -83,7 +87,7 @@ def exp(x: float) -> float:
     >>> bool(abs(exp(1.0) - np.e) <= np.spacing(np.e)), exp(-800.0), exp(800.0)  # within 1 ulp
     (True, 0.0, inf)
     """
-    k = math.floor(x * _INV_LN2 + 0.5)
+    k = np.floor(x * _INV_LN2 + 0.5)  # (math.floor is an int64: a conversion there and back, not vectorised)
     k = min(max(k, -1080.0), 1080.0)
     hi = x - k * _LN2_HI
     lo = k * _LN2_LO
@@ -107,7 +111,7 @@ def expm1(x: float) -> float:
     (-1.0, inf)
     """
     a = min(max(x, -40.0), 710.0)  # e ** -40 - 1 is -1 in doubles; beyond 710 it overflows
-    k = float(np.int64(a * _INV_LN2 + (0.5 if a >= 0.0 else -0.5)))  # C's truncation, as fdlibm
+    k = np.trunc(a * _INV_LN2 + (0.5 if a >= 0.0 else -0.5))  # C's conversion to int, as fdlibm
     k = 0.0 if abs(a) <= 0.34657359027997264 else k  # |x| <= ln2 / 2: no reduction
     hi = a - k * _LN2_HI
     lo = k * _LN2_LO
