@@ -222,6 +222,35 @@ def test_a_failed_background_compile_leaves_the_vm_running(numba_tier, monkeypat
         assert pickle.loads(pickle.dumps(vg)).ready().backend == "vm"
 
 
+def test_a_cheap_tensor_read_only_in_loops_over_its_indices_is_computed_there():
+    """A tensor of a few operations (no transcendental), read element by element by a reduction over its
+    indices and by another tensor over them, is computed in both loops, not stored and read back (lse's
+    softmax); read inside a loop over another index as well, it would be computed again for each value
+    of that index: stored. Values against the interpreter on the VM and Numba's loops."""
+    from symgrad.compile.plan import plan
+    from symgrad.expr.traverse import topo_order
+
+    rng = np.random.default_rng(5)
+    X, y = array("X", (6, 7)), array("y", 7)
+    i, j, k = index("i", 6), index("j", 7), index("k", 7)
+    t = tensor(subscript(X, (i, j)) * subscript(y, j) + 1.0, i, j)
+    total = reduce("sum", reduce("sum", subscript(t, (i, j)) ** 2, j), i)
+    g = tensor(subscript(t, (i, j)) * total, i, j)
+    crossed = reduce("sum", reduce("sum", reduce("sum", subscript(t, (i, j)) * subscript(y, k), k), j), i)
+
+    def stored(outputs):
+        planned, _ = plan(outputs)
+        return [n for n in topo_order(planned) if n.op.name == "tensor" and n.shape == (6, 7)
+                and all(n is not p for p in planned)]
+
+    assert stored([total, g]) == [] and len(stored([total, g, crossed])) == 1
+    values = {X: rng.normal(size=(6, 7)), y: rng.normal(size=7)}
+    x = np.concatenate([values[X].ravel(), values[y]])
+    want = np.concatenate([np.ravel(w) for w in sg.evaluate([total, crossed, g], values)])
+    for backend in ("vm", "numba"):
+        np.testing.assert_allclose(sg.compile([total, crossed, g], [X, y], backend=backend)(x), want, rtol=1e-13)
+
+
 def test_sums_down_columns_add_row_by_row_in_the_same_order():
     """t[j, k] = sum(body(i, j, k), i) over 12 rows is filled as a scatter adding row after row
     (k innermost, contiguous): each element's additions in the interpreter's order, so the
@@ -531,8 +560,9 @@ def test_a_long_sum_adds_into_eight_accumulators_with_the_same_bits_on_the_vm(n)
 def test_a_sum_of_a_tensor_rides_along_the_loop_filling_it():
     """log-sum-exp's gradient: the exponentials are stored (the gradient reads them twice), and their sum,
     which read them back in a loop of its own, is added in the loop storing them, each element as it is
-    stored (lse of 1.28M: 3.5 -> 3.1 ms); so is the sum of the softmax it fills; a tensor read once
-    where it is computed is computed there (3.1 -> 2.8 ms). The VM's bits, the interpreter's values."""
+    stored (lse of 1.28M: 3.5 -> 3.1 ms); a tensor read once where it is computed is computed there
+    (3.1 -> 2.8 ms); so is the softmax, exponential / sum, in the two loops reading it (its sum, the
+    gradient), not stored and read back. The VM's bits, the interpreter's values."""
     def lse(x):
         top = np.max(x)
         return np.log(np.sum(np.exp(x - top))) + top
@@ -548,11 +578,11 @@ def test_a_sum_of_a_tensor_rides_along_the_loop_filling_it():
     blocks = _loop_bodies(vg.compiled.source, "8")
     stored_and_summed = [b for b in blocks if re.search(r"t\d+\[i\d+\] = v", b)
                          and re.search(r"(t\d+)\[(i\d+)\] = \1\[\2\] \+", b)]
-    assert len(stored_and_summed) == 2
-    # the gradient, softmax plus the max's ties, computed in its loop: the ties' tensor (read once) is
-    # not stored; the exponentials and the softmax are (read twice)
+    assert len(stored_and_summed) == 1
+    # the gradient, softmax plus the max's ties, computed in its loop: neither the ties' tensor (read
+    # once) nor the softmax (cheap: the exponentials times a scalar) is stored; the exponentials are
     kernel = vg.compiled.source.split("def point")[0]
-    assert len(set(re.findall(r"work\[\d+:\d+\]\.reshape\(\(3000,\)\)", kernel))) == 2
+    assert len(set(re.findall(r"work\[\d+:\d+\]\.reshape\(\(3000,\)\)", kernel))) == 1
 
 
 def test_background_compiles_wait_for_the_foreground_builds(numba_tier):

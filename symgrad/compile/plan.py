@@ -37,6 +37,9 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     uses ``tanh(u)``, which the forward tensor holds)."""
     finite: dict = {}
     outputs, _ = _rewrite(outputs, lambda node, new: _interchanged(new, finite))
+    bodies = _bodies(topo_order(outputs))  # (costly ones first: what _read_once computes again reads them)
+    outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
+                          if node in bodies and costly(node) else None)
     inline = _read_once(outputs)
     outputs, _ = _rewrite(outputs, lambda node, new: substitute_indices(
         new.args[0].args[0], dict(zip(new.args[0].args[1:], new.args[1:]))) if node in inline else None)
@@ -76,31 +79,50 @@ def _users(order: list[Expr]) -> dict[Expr, int]:
     return users
 
 
+READ_AGAIN_MAX = 8  # arithmetic ops of a tensor's body computed again in a second loop, not stored and read
+
+
 def _read_once(outputs: list[Expr]) -> set[Expr]:
-    """The loads ``t[i, j]`` to compute in place of reading them: of a tensor ``t`` nothing else
-    reads, by another tensor over the same indices (not inside a reduction of its body), which
-    would otherwise store each element and read it back once (a gradient that is the sum of two
-    adjoints' tensors: lse's, the softmax and the max's ties). Not a tensor of exponentials or
-    other costly values, which another tensor may compute too (renamed, the copy would not be
-    found and read from that one)."""
+    """The loads ``t[i, j]`` to compute in place of reading them: of a tensor ``t`` that is no output,
+    whose body is cheap arithmetic over its indices, read only element by element in loops over
+    exactly its indices (another tensor's, a reduction's over them), which would otherwise store
+    each element and read it back (a gradient that is the sum of two adjoints' tensors: lse's, the
+    softmax and the max's ties). Where two loops read it (lse's softmax, summed and in the
+    gradient), only a body of a few operations (READ_AGAIN_MAX) is computed twice. Not a tensor of
+    exponentials or other costly values, which another tensor may compute too (renamed, the copy
+    would not be found and read from that one)."""
     order = topo_order(outputs)
-    users, kept, found = _users(order), set(outputs), set()
-    for u in order:
-        if u.op.name != "tensor":
+    users, kept = _users(order), set(outputs)
+    sites: dict[Expr, set] = {}  # a tensor -> the loops reading it as it is (their innermost node)
+    loads: dict[Expr, set] = {}  # a tensor -> its loads read so
+    bad: set[Expr] = set()
+    seen: set[tuple] = set()
+    stack = [(n, n.args[0], frozenset(n.args[1 + (n.payload[1] if n.op.name == "scatter" else 0):]))
+             for n in order if n.op.name in ("tensor", "scatter")]
+    stack += [(n, n, frozenset()) for n in order if n.op.name in REDUCTIONS and not n.free]
+    while stack:
+        loop, node, loops = stack.pop()
+        if (loop, node, loops) in seen or node.op.array_valued:
             continue
-        stack, seen = [u.args[0]], set()
-        while stack:
-            n = stack.pop()
-            if n in seen or n.op.array_valued or n.op.name in REDUCTIONS:
-                continue
-            seen.add(n)
-            t = n.args[0] if n.op.name == "load" else None
-            if t is not None and t.op.name == "tensor" and t not in kept and users[t] == users[n] == 1 and \
-                    n.payload is None and len(set(n.args[1:])) == len(n.args) - 1 == len(u.args) - 1 and \
-                    set(n.args[1:]) == set(u.args[1:]) and \
-                    not any(costly(m) and m.free & set(t.args[1:]) for m in loop_body(t)):
-                found.add(n)
-            stack += n.args
+        seen.add((loop, node, loops))
+        t = node.args[0] if node.op.name == "load" else None
+        if t is not None and t.op.name == "tensor":
+            if node.payload is None and len(node.args) - 1 == len(loops) == len(set(node.args[1:]) & loops):
+                sites.setdefault(t, set()).add((loop, loops))
+                loads.setdefault(t, set()).add(node)
+            else:
+                bad.add(t)
+        if node.op.name in REDUCTIONS:
+            loop, loops = node, loops | {node.args[1]}
+        stack += [(loop, a, loops) for a in node.args]
+    found = set()
+    for t, read in loads.items():
+        body, own = loop_body(t), set(t.args[1:])
+        arithmetic = sum(1 for m in body if m.args and m.op.name != "load" and m.free & own)
+        if t not in kept and t not in bad and users[t] == len(read) and not any(
+                costly(m) and m.free & own for m in body) and \
+                (len(sites[t]) == 1 or len(sites[t]) == 2 and arithmetic <= READ_AGAIN_MAX):
+            found |= read
     return found
 
 
