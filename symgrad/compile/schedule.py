@@ -109,12 +109,12 @@ def verify(s: Schedule) -> None:
 
     >>> import symgrad as sg
     >>> x, i = sg.array("x", 3), sg.index("i", 3)
-    >>> s = schedule([sg.sum(sg.tensor(x[i] ** 2, i)[i], i)])
+    >>> s = schedule([sg.sum(sg.tensor(sg.sin(x[i]), i)[i], i)])
     >>> s.steps.reverse()
     >>> verify(Schedule(s.outputs, s.order, s.steps * 2))
     Traceback (most recent call last):
     ...
-    symgrad.compile.schedule.ScheduleError: step 1 (fill) computes tensor(x[i]**2, i=0..2) a second time
+    symgrad.compile.schedule.ScheduleError: step 1 (fill) computes tensor(sin(x[i]), i=0..2) a second time
     """
     at_end = set(s.outputs).union(*(_scalar_reads(r) for r in s.outputs if not r.op.array_valued))
     last = {a: k for k, step in enumerate(s.steps) for a in _reads(step)}
