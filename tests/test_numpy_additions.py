@@ -101,6 +101,28 @@ def test_compiled_special_functions_match_scipy_everywhere():
     assert special.erfinv(1.0) == np.inf and special.erfinv(-1.0) == -np.inf and math.isnan(special.erfinv(1.5))
 
 
+def test_ive_of_large_orders_near_and_far_from_the_argument():
+    """Orders of hundreds and thousands: the asymptotic series was used where it does not converge (ive(100,
+    131) was -2.7e-4 where SciPy gives 4.1e-18; ive(200, 232.5) 8e16) and the power series overflowed or
+    took time linear in the order (2**53: it never returned). SciPy's values (mpmath's where SciPy gives
+    nan), the interpreter's Python and the compiled function."""
+    from symgrad.compile import special
+    from symgrad.expr import special_series
+
+    mpmath.mp.dps = 30
+    for k in (20, 50, 100, 200, 300, 1000, 1700, 10_000):
+        xs = np.concatenate([np.logspace(-2, 5.5, 25), k + np.linspace(-15, 45, 9), [k * k / 2.0, 2.0 * k]])
+        xs = xs[xs > 0]
+        want = ss.ive(k, xs)
+        for f in (special.ive, special_series.ive):
+            got = np.array([f(float(k), v) for v in xs])
+            np.testing.assert_allclose(got, want, rtol=2e-12, atol=1e-300, err_msg=f"order {k}")
+    assert special.ive(2.0 ** 53, 5.0) == special_series.ive(2.0 ** 53, 5.0) == 0.0
+    exact = float(mpmath.besseli(10 ** 6, 10 ** 13) * mpmath.exp(-10 ** 13))  # (SciPy: nan)
+    assert special.ive(1e6, 1e13) == pytest.approx(exact, rel=1e-13)
+    assert special.ive(-3.0, -2.0) == special.ive(3.0, -2.0) == pytest.approx(ss.ive(3, -2.0), rel=1e-14)
+
+
 def test_frexp_gives_numpys_mantissas_and_exponents_at_the_edges():
     v = np.array([3.0, -0.1, 0.0, -0.0, 8.0, 0.5, 1e-310, -np.inf, np.inf, 1024.0, 2.0 ** -1022, 5e-324, np.nan,
                   1.7e308, 1.0 - 2 ** -53, 2.0 ** 40])

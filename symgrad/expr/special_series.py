@@ -58,39 +58,79 @@ def sinc_derivative(n: float, x: float) -> float:
 
 def ive(n: float, x: float) -> float:
     """exp(-|x|) I_n(x), the exponentially scaled modified Bessel function of the first kind of whole
-    order n (SciPy's ``ive``): its power series below |x| = 30 (positive terms: no cancellation), the
-    asymptotic series above (its terms fall below 1e-17 long before they grow).
+    order n (SciPy's ``ive``). Above |x| = 30 + n Hankel's asymptotic series where it converges with
+    no term past 64 times the sum (large orders need |x| near n**2 / 2 or beyond); 0 where Debye's
+    uniform estimate of the value is below the smallest double (e**-760: large orders near the
+    argument); else the power series
+    (positive terms: no cancellation), its partial products kept in range by exact powers of two and
+    exp(-|x|) applied in 2**p equal parts (each part's argument exact); nan where it would take more than
+    a million terms. Within 1.2e-12 of SciPy's everywhere, 1e-14 below |x| = 4e4.
 
-    >>> round(ive(0.0, 1.0), 15), ive(1.0, 0.0)
-    (0.46575960759364, 0.0)
+    >>> round(ive(0.0, 1.0), 15), ive(1.0, 0.0), ive(2000.0, 2030.0)
+    (0.46575960759364, 0.0, 0.0)
     """
     if x != x or n != n or n == math.inf or n == -math.inf or n != math.floor(n):
         return math.nan
-    k = int(abs(n))  # (I_-n = I_n for whole n)
+    k = abs(n)  # (I_-n = I_n for whole n; a float until the power series counts terms)
     a = abs(x)
-    if a == math.inf:
-        return 0.0
-    if a <= 30.0 + k:
-        term = 1.0
-        for j in range(1, k + 1):
-            term *= 0.5 * a / j  # (a/2)**k / k!
-        total, j, q = 0.0, 0, 0.25 * a * a
-        for _ in range(500):
-            total += term
-            j += 1
-            term *= q / (j * (j + k))
-            if term <= 1e-17 * total:
-                break
-        value = total * math.exp(-a)
-    else:  # exp(-a) I_k(a) ~ (2 pi a)**-0.5 sum_j (-1)**j prod_{i<=j} (4k**2 - (2i-1)**2) / (j! (8a)**j)
-        total, term, mu = 1.0, 1.0, 4.0 * k * k
+    if a == math.inf or a == 0.0:
+        return 0.0 if a > 0.0 or k > 0.0 else 1.0
+    value = -1.0  # (none found yet)
+    if a > 30.0 + k:  # exp(-a) I_k(a) ~ (2 pi a)**-.5 sum_j (-1)**j prod_{i<=j} (4k**2 - (2i-1)**2) / (j! (8a)**j)
+        total, term, mu, peak = 1.0, 1.0, 4.0 * k * k, 1.0
         for j in range(1, 200):
-            term *= -(mu - (2 * j - 1) ** 2) / (j * 8.0 * a)
+            term *= -(mu - (2.0 * j - 1.0) ** 2) / (j * 8.0 * a)
             total += term
-            if abs(term) <= 1e-17 * abs(total):
+            peak = abs(term) if abs(term) > peak else peak
+            if abs(term) <= 1e-17 * abs(total) or peak > 1e10:
                 break
-        value = total / math.sqrt(2.0 * math.pi * a)
-    return -value if x < 0.0 and k % 2 else value
+        if abs(term) <= 1e-17 * abs(total) and peak <= 64.0 * abs(total):  # (cancelling: 6 bits lost at most)
+            value = total / math.sqrt(2.0 * math.pi * a)
+    if value < 0.0 and k > 0.0:
+        z = a / k
+        root = math.sqrt(1.0 + z * z)
+        gap = 1.0 / (root + z)  # root - z
+        if k * (gap - math.log1p((1.0 + gap) / z)) - 0.5 * math.log(2.0 * math.pi * k * root) < -760.0:
+            value = 0.0
+    if value < 0.0 and k + 0.5 * a > 1e6:  # (a million terms: |x| past 2e6 with n**2 past |x|)
+        return math.nan
+    if value < 0.0:
+        m = int(k)
+        term, scale = 1.0, 0  # (a/2)**k / k!, and the sum, times 2**(600 * scale)
+        for j in range(1, m + 1):
+            term *= 0.5 * a / j
+            if term < 1e-150:
+                term *= 4.149515568880993e+180  # 2**600
+                scale -= 1
+            if term > 1e150:
+                term *= 2.409919865102884e-181  # 2**-600
+                scale += 1
+        total, j, h = term, 0, 0.5 * a
+        while term > 1e-17 * total:
+            j += 1
+            term *= (h / j) * (h / (j + m))  # (not (a*a/4) / ...: a rounded a*a/4 would err in every term j times)
+            total += term
+            if total > 1e150:
+                total *= 2.409919865102884e-181  # 2**-600
+                term *= 2.409919865102884e-181
+                scale += 1
+        parts = 1
+        while a / parts > 300.0:  # (each factor above 1e-131: no underflow before the powers of two)
+            parts *= 2
+        part = math.exp(-a / parts)
+        value = total
+        for _ in range(parts):
+            value *= part
+            if value < 1e-150 and scale > 0:
+                value *= 4.149515568880993e+180
+                scale -= 1
+        while scale > 0:
+            value *= 4.149515568880993e+180
+            scale -= 1
+        while scale < 0:
+            value *= 2.409919865102884e-181
+            scale += 1
+    return -value if x < 0.0 and k - 2.0 * math.floor(0.5 * k) == 1.0 else value
 
 
 def erfinv(y: float) -> float:
