@@ -160,3 +160,23 @@ def test_digamma_polygamma_and_multigammaln_follow_scipy():
     with pytest.raises(sg.TracingError, match="scipy.special.polygamma computes on numbers.*"
                                               "use symgrad.scipy.special.polygamma"):
         sg.grad(lambda x: np.sum(ss.polygamma(1, x)))(x)
+
+
+def test_polygamma_below_zero_reflects_to_three_positive_points():
+    """psi_n at negative x summed its terms 1/(x + j)**(n+1) up from x one by one: polygamma(1, -1e15 - 0.5)
+    never returned (SciPy's does not either). Reflected, against mpmath: also where SciPy's sum loses six
+    digits (psi_10(-3.5)) and next to 0 and to the poles (1 - f exact there)."""
+    import mpmath
+
+    from symgrad.compile import special
+
+    mpmath.mp.dps = 30
+    xs = [-3.5, -0.5, -1e-9, -1 + 1e-9, -2.9999999, -7.25, -29.9, -1000.5]
+    for n in (1, 2, 3, 10):
+        for x in xs:
+            want = float(mpmath.polygamma(n, x))
+            assert special.polygamma(float(n), x) == pytest.approx(want, rel=5e-13), (n, x)
+    x = mpmath.mpf(-1e15 - 0.25)  # (mpmath's sum takes as long: psi_1(x) = pi**2 / sin(pi x)**2 - psi_1(1 - x))
+    want = float(mpmath.pi ** 2 / mpmath.sin(mpmath.pi * x) ** 2 - mpmath.polygamma(1, 1 - x))
+    assert special.polygamma(1.0, -1e15 - 0.25) == pytest.approx(want, rel=1e-14)
+    assert abs(ss.polygamma(10, -3.5) - float(mpmath.polygamma(10, -3.5))) > 1e-7  # (SciPy's own error there)

@@ -62,7 +62,8 @@ def digamma(x: float) -> float:
 
 @numba.njit(error_model="numpy")
 def polygamma(n: float, x: float) -> float:
-    """psi_n(x), the n-th derivative of digamma (n a whole number; nan otherwise)."""
+    """psi_n(x), the n-th derivative of digamma (n a whole number; nan otherwise); below 0 from three
+    positive points, in time independent of |x| (SciPy sums up from x: psi_1(-1e15) never returns)."""
     if n != np.floor(n) or n < 0.0 or x != x:
         return math.nan
     if n == 0.0:
@@ -76,18 +77,25 @@ def polygamma(n: float, x: float) -> float:
     if x == math.inf:  # (a zero of the sign the series has: SciPy's -0.0 for even n)
         return sign * 0.0
     factorial = math.gamma(k + 1.0)
-    total = 0.0
-    while x < 20.0 + k:
-        total += factorial / x ** (k + 1)
-        x += 1.0
-    # (k-1)!/x**k + k!/(2 x**(k+1)) + sum_j B_2j (2j+k-1)! / ((2j)! x**(2j+k))
-    series = factorial / k / x ** k + factorial / (2.0 * x ** (k + 1))
-    ratio, power, inverse_square = factorial / k, x ** -k, 1.0 / (x * x)
-    for j in range(_BERNOULLI.shape[0]):
-        ratio *= (2 * j + k) * (2 * j + k + 1) / ((2 * j + 1) * (2 * j + 2))  # (2j+k+1)!/(2j+2)! over j's
-        power *= inverse_square
-        series += _BERNOULLI[j] * ratio * power
-    return sign * (total + series)
+    # Below 0, from three positive points (the terms 1/(x+j)**(k+1) below 0 summed as the difference of two
+    # series), in time independent of |x|: psi_k(x) = psi_k(f) + sign (psi_k(1-f) - psi_k(1-x)), f = x - floor x
+    f, g = x - np.floor(x), -np.floor(-x) - x  # (g = 1 - f, exact where x is near 0: -x)
+    value = 0.0
+    for which in range(1 if x > 0.0 else 3):
+        y = x if x > 0.0 else (f if which == 0 else (g if which == 1 else 1.0 - x))
+        total = 0.0
+        while y < 20.0 + k:
+            total += factorial / y ** (k + 1)
+            y += 1.0
+        # (k-1)!/y**k + k!/(2 y**(k+1)) + sum_j B_2j (2j+k-1)! / ((2j)! y**(2j+k))
+        series = factorial / k / y ** k + factorial / (2.0 * y ** (k + 1))
+        ratio, power, inverse_square = factorial / k, y ** -k, 1.0 / (y * y)
+        for j in range(_BERNOULLI.shape[0]):
+            ratio *= (2 * j + k) * (2 * j + k + 1) / ((2 * j + 1) * (2 * j + 2))  # (2j+k+1)!/(2j+2)! over j's
+            power *= inverse_square
+            series += _BERNOULLI[j] * ratio * power
+        value += (1.0 if which == 0 else (sign if which == 1 else -sign)) * (total + series)
+    return sign * value
 
 
 sinc_derivative = numba.njit(error_model="numpy")(special_series.sinc_derivative)
