@@ -22,6 +22,7 @@ import numpy as np
 
 import symgrad
 from symgrad.check import check_grad
+from symgrad.compile.c_backend import CompilerError
 from symgrad.compile.function import BACKENDS, compile, value_and_grad
 from symgrad.expr.build import Var
 from symgrad.expr.diff import grad, hessian
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         text = _render(args, out, objects)
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    except (CliError, ParseError, ValueError, TypeError, OverflowError) as err:
+    except (CliError, ParseError, ValueError, TypeError, OverflowError, CompilerError) as err:
         _print_safely(f"symgrad: {err}", sys.stderr)
         return 2
     except (MemoryError, RecursionError) as err:

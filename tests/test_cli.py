@@ -21,6 +21,15 @@ from symgrad.cli import main
 x, y, z = sg.symbols("x y z")
 
 
+def test_a_c_compiler_that_fails_is_a_message_not_a_traceback(capsys, monkeypatch, tmp_path):
+    """--backend c asks for the C compiler's kernels: where $CC fails, the error names it (exit 2)."""
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", "false")
+    assert main(["x*y + cos(x)", "--at", "x=2,y=3", "--backend", "c"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("symgrad: ") and "failed (exit status 1)" in err and "Traceback" not in err
+
+
 def test_cli_main_job(capsys):
     assert main(["x*y + sin(x)", "--at", "x=2,y=3"]) == 0
     out = capsys.readouterr().out

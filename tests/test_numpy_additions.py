@@ -257,3 +257,16 @@ def test_fmods_higher_derivatives_in_the_divisor_are_exact_where_the_quotient_is
             np.testing.assert_allclose(got[:3], [np.fmod(p, q), 1.0, -float(whole)], rtol=1e-15,
                                        err_msg=f"{backend} at {p, q}")
             np.testing.assert_array_equal(got[3:], 0.0, err_msg=f"{backend} at {p, q}")
+
+
+def test_sinc_where_pi_x_overflows_is_numpys_nan_on_every_backend():
+    """np.sinc(1e308) is sin(inf) / inf, nan: the python backend raised "math domain error" (Python's sin of
+    inf), Numba's and the VM's gave nan. Values and first derivatives; 1e307 (pi x finite) as NumPy."""
+    x = sg.Var("x")
+    points = np.array([1e308, -1e308, 1e307])
+    for backend in ("python", "vm"):
+        run = sg.compile([np.sinc(x), sg.diff(np.sinc(x), x)], [x], backend=backend)
+        got = np.array([run(np.array([p])) for p in points])
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(got[:, 0], np.sinc(points))
+        assert np.isnan(got[:2, 1]).all() and np.isfinite(got[2, 1])

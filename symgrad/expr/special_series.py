@@ -30,6 +30,8 @@ def sinc_derivative(n: float, x: float) -> float:
     if x == math.inf or x == -math.inf:
         return 0.0
     k, t = int(n), math.pi * x
+    if t == math.inf or t == -math.inf:  # (pi x overflows: NumPy's sin(inf) / inf, nan; Python's sin raised)
+        return math.nan
     total = 0.0
     if abs(t) < 2.0 + k:  # the Maclaurin series (its terms stay below e**(2 + n))
         m = (k + 1) // 2
