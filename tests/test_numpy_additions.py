@@ -121,6 +121,9 @@ def test_ive_of_large_orders_near_and_far_from_the_argument():
     exact = float(mpmath.besseli(10 ** 6, 10 ** 13) * mpmath.exp(-10 ** 13))  # (SciPy: nan)
     assert special.ive(1e6, 1e13) == pytest.approx(exact, rel=1e-13)
     assert special.ive(-3.0, -2.0) == special.ive(3.0, -2.0) == pytest.approx(ss.ive(3, -2.0), rel=1e-14)
+    for f in (special.ive, special_series.ive):  # (|x| / n underflowing: Python's float division raised)
+        assert f(2.0, 5e-324) == f(1e300, 1e-300) == 0.0
+        assert f(1.0, -1e-320) == -5e-321 and f(2.0, 1e-160) == 1.25e-321
 
 
 def test_frexp_gives_numpys_mantissas_and_exponents_at_the_edges():

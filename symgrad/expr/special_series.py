@@ -88,11 +88,11 @@ def ive(n: float, x: float) -> float:
                 break
         if abs(term) <= 1e-17 * abs(total) and peak <= 64.0 * abs(total):  # (cancelling: 6 bits lost at most)
             value = total / math.sqrt(2.0 * math.pi * a)
-    if value < 0.0 and k > 0.0:
+    if value < 0.0 and k > 1.0:  # (order 1: a/2 at tiny a, no underflow to foresee)
         z = a / k
         root = math.sqrt(1.0 + z * z)
         gap = 1.0 / (root + z)  # root - z
-        if k * (gap - math.log1p((1.0 + gap) / z)) - 0.5 * math.log(2.0 * math.pi * k * root) < -760.0:
+        if z == 0.0 or k * (gap - math.log1p((1.0 + gap) / z)) - 0.5 * math.log(2.0 * math.pi * k * root) < -760.0:
             value = 0.0
     if value < 0.0 and k + 0.5 * a > 1e6:  # (a million terms: |x| past 2e6 with n**2 past |x|)
         return math.nan
