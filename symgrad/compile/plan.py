@@ -97,9 +97,7 @@ def _read_once(outputs: list[Expr]) -> set[Expr]:
     loads: dict[Expr, set] = {}  # a tensor -> its loads read so
     bad: set[Expr] = set()
     seen: set[tuple] = set()
-    stack = [(n, n.args[0], frozenset(n.args[1 + (n.payload[1] if n.op.name == "scatter" else 0):]))
-             for n in order if n.op.name in ("tensor", "scatter")]
-    stack += [(n, n, frozenset()) for n in order if n.op.name in REDUCTIONS and not n.free]
+    stack = [(root, body, frozenset(loops)) for root, body, loops in _loop_roots(order)]
     while stack:
         loop, node, loops = stack.pop()
         if (loop, node, loops) in seen or node.op.array_valued:
@@ -165,9 +163,7 @@ def _recomputed(order: list[Expr]) -> set[Expr]:
     indices in order, then the reductions it sits in, innermost last."""
     found: set[Expr] = set()
     seen: set[tuple] = set()
-    stack = [(n.args[0], tuple(n.args[1 + (n.payload[1] if n.op.name == "scatter" else 0):]))
-             for n in order if n.op.name in ("tensor", "scatter")]
-    stack += [(n, ()) for n in order if n.op.name in REDUCTIONS and not n.free]
+    stack = [(body, loops) for _, body, loops in _loop_roots(order)]
     while stack:
         node, loops = stack.pop()
         if (node, loops) in seen or node.op.array_valued:
@@ -186,6 +182,14 @@ def _recomputed(order: list[Expr]) -> set[Expr]:
         elif not gather:
             stack += [(a, loops) for a in node.args]
     return found
+
+
+def _loop_roots(order: list[Expr]) -> list[tuple[Expr, Expr, tuple]]:
+    """Where loop nests start, as (root, what its loops compute, their indices): each tensor's or
+    scatter's body inside the loops over its indices, each scalar reduction (its loop inside it)."""
+    roots = [(n, n.args[0], tuple(n.args[1 + (n.payload[1] if n.op.name == "scatter" else 0):]))
+             for n in order if n.op.name in ("tensor", "scatter")]
+    return roots + [(n, n, ()) for n in order if n.op.name in REDUCTIONS and not n.free]
 
 
 def _scattered_sums(order: list[Expr]) -> set[Expr]:
