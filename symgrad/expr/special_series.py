@@ -63,10 +63,10 @@ def ive(n: float, x: float) -> float:
     order n (SciPy's ``ive``). Above |x| = 30 + n Hankel's asymptotic series where it converges with
     no term past 64 times the sum (large orders need |x| near n**2 / 2 or beyond); 0 where Debye's
     uniform estimate of the value is below the smallest double (e**-760: large orders near the
-    argument); else the power series
-    (positive terms: no cancellation), its partial products kept in range by exact powers of two and
-    exp(-|x|) applied in 2**p equal parts (each part's argument exact); nan where it would take more than
-    a million terms. Within 1.2e-12 of SciPy's everywhere, 1e-14 below |x| = 4e4.
+    argument); else the power series (positive terms: no cancellation), its partial products kept in
+    range by exact powers of two and exp(-|x|) applied in 2**p equal parts (each part's argument
+    exact); nan where it would take more than a million terms. Within 1.2e-12 of SciPy's everywhere,
+    1e-14 below |x| = 4e4.
 
     >>> round(ive(0.0, 1.0), 15), ive(1.0, 0.0), ive(2000.0, 2030.0)
     (0.46575960759364, 0.0, 0.0)
@@ -84,10 +84,11 @@ def ive(n: float, x: float) -> float:
             term *= -(mu - (2.0 * j - 1.0) ** 2) / (j * 8.0 * a)
             total += term
             peak = abs(term) if abs(term) > peak else peak
-            if abs(term) <= 1e-17 * abs(total) or peak > 1e10:
+            if abs(term) <= 1e-17 * abs(total):  # (where cancelling, 6 bits lost at most)
+                value = total / math.sqrt(2.0 * math.pi * a) if peak <= 64.0 * abs(total) else -1.0
                 break
-        if abs(term) <= 1e-17 * abs(total) and peak <= 64.0 * abs(total):  # (cancelling: 6 bits lost at most)
-            value = total / math.sqrt(2.0 * math.pi * a)
+            if peak > 1e10:
+                break
     if value < 0.0 and k > 1.0:  # (order 1: a/2 at tiny a, no underflow to foresee)
         z = a / k
         root = math.sqrt(1.0 + z * z)
