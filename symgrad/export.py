@@ -82,8 +82,7 @@ def _rolled_sparse(fun: Function, args: tuple) -> tuple | None:
         return None
     inputs = trace_layout(sparse.trace)
     positions, ccs = _sparse((sparse.pattern.indices, sparse.pattern.indptr, sparse.pattern.shape))
-    order, starts = (np.asarray(a, dtype=np.int64) for a in (sparse.direct.assembly.order,
-                                                              sparse.direct.assembly.starts))
+    order, starts = (np.asarray(a, dtype=np.int64) for a in sparse.direct.assembly.arranged())
     counts, dest = np.diff(starts), np.asarray(positions, dtype=np.int64)
     layers = []
     for j in range(int(counts.max(initial=0))):  # (each nonzero's j-th source, in the outputs' order: a

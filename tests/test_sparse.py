@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import symgrad as sg
 from symgrad.compile import c_backend, cache, sparse_loops
 from symgrad.expr.node import TracingError
+from symgrad.expr.rolled import table
 from symgrad.expr.sparsity import dependencies
 
 VM = dict(backend="vm")
@@ -300,23 +301,30 @@ def _turned(z):
     return (p * np.cos(np.sum(k ** 2, axis=1, keepdims=True)) + np.cross(k, p)).ravel()
 
 
-def test_entries_of_two_formulas_meeting_at_one_position_are_added():
-    """Where two band formulas' addresses give the same column on a row (the cross product's), the
-    direct evaluation adds their values there: the entries are the dense Jacobian's and central
-    differences'."""
+def _mirrored(x):
+    """Row i reads x[i] and x[n - 1 - i]: two formulas, one column on the middle row."""
+    return x * x[::-1] + np.sin(x[::-1])
+
+
+@pytest.mark.parametrize("fn, size, meeting", [(_turned, 6 * 400, False), (_mirrored, 801, True)])
+def test_entries_of_two_formulas_meeting_at_one_position_are_added(fn, size, meeting):
+    """Where two band formulas' addresses give the same column on a row (the mirrored product's middle
+    row), the direct evaluation adds their values there; where the rows' pieces make two reads one
+    formula (the cross product's rotated addresses, on rows 6j + r), they are one entry. The entries are
+    the dense Jacobian's and central differences'."""
     rng = np.random.default_rng(6)
-    x = rng.uniform(-1, 1, 6 * 400)
-    j = sg.jacobian(_turned, sparse=True)
+    x = rng.uniform(-1, 1, size)
+    j = sg.jacobian(fn, sparse=True)
     J = j(x)
     direct = next(iter(j._sparse_rolled.values())).direct
-    assert direct is not None and np.diff(direct.assembly.starts).max() == 2  # (the case this tests)
-    dense = sg.jacobian(_turned, backend="vm")(x)
+    assert direct is not None and (np.diff(direct.assembly.starts).max(initial=0) == 2) == meeting  # (the case)
+    dense = sg.jacobian(fn, backend="vm")(x)
     np.testing.assert_allclose(J.toarray(), dense, rtol=1e-13, atol=1e-15)
     assert J.nnz == np.count_nonzero(dense)
-    for k in rng.choice(x.size, 4, replace=False):
+    for k in [*rng.choice(x.size, 4, replace=False), size // 2]:
         e = np.zeros(x.size)
         e[k] = 1e-6
-        np.testing.assert_allclose(J[:, k].toarray().ravel(), (_turned(x + e) - _turned(x - e)) / 2e-6,
+        np.testing.assert_allclose(J[:, k].toarray().ravel(), (fn(x + e) - fn(x - e)) / 2e-6,
                                    rtol=1e-6, atol=1e-7)
 
 
@@ -533,3 +541,75 @@ def test_an_assembly_refuses_values_it_would_read_past():
         assembly(np.arange(4.0))
     with pytest.raises(ValueError, match="positions and sources"):
         Assembly(np.array([0, 2]), np.array([0, 1]), 2)
+
+
+def _random_rows(rng: np.random.Generator, n: int):
+    """Rows over i < n reading x (n elements) at random index arithmetic (// and % by 1..4, mirrored,
+    shifted, through tables), under random conditions on i (a cut, a parity): a concatenation's and a
+    reshape's rows, and worse."""
+    x, i = sg.array("x", n), sg.index("i", n)
+    cut = int(rng.integers(1, n))
+
+    def address():
+        d, c = int(rng.integers(1, 5)), int(rng.integers(0, 4))
+        forms = [i // d, (i + c) // (d + 1), i % (d + 1) + c, n - 1 - i, d * (i // d),
+                 table(rng.integers(0, n, n // d + 1).tolist())[i // d]]
+        return forms[rng.integers(len(forms))]
+
+    def value(depth):
+        if depth == 0 or rng.random() < 0.3:
+            return x[address()]
+        a, b = value(depth - 1), value(depth - 1)
+        kind = rng.integers(4)
+        if kind == 0:
+            return sg.where(i < cut if rng.random() < 0.7 else i % 2 == 0, a, b)
+        return a * b if kind == 1 else sg.sin(a) + b if kind == 2 else a - 2.0 * b
+
+    return sg.tensor(value(4), i), x
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1), st.sampled_from([70, 128, 150, 257, 300]))
+def test_the_pieces_of_random_rows_are_their_rows(seed, n):
+    """row_pieces splits rows at their conditions' cuts and by the period of their // and %: every row
+    lands in one piece, and each piece's values (the loop VM's) are those rows' values."""
+    from symgrad.compile.function import compile
+    from symgrad.expr.row_pieces import row_pieces
+
+    rng = np.random.default_rng(seed)
+    rows, x = _random_rows(rng, n)
+    at = rng.uniform(-1, 1, n)
+    want = compile([rows], [x], [], "vm")(at)
+    pieces = row_pieces(rows)
+    assert np.array_equal(np.sort(np.concatenate([on for _, on in pieces])), np.arange(n))
+    got = compile([piece for piece, _ in pieces], [x], [], "vm")(at)
+    np.testing.assert_array_equal(got, want[np.concatenate([on for _, on in pieces])])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_an_assembly_of_runs_and_loose_values_is_bincounts(seed):
+    """Assembly copies runs of values landing alone at evenly spaced positions (band formulas' values in
+    CSR order, side by side: a transposed block) and adds the rest: every entry is np.bincount's, at
+    positions no value reaches 0, whether runs meet other values, touch, or stop short of RUN_MIN."""
+    rng = np.random.default_rng(seed)
+    count, step = int(rng.integers(1, 3 * sparse_loops.RUN_MIN)), int(rng.integers(1, 6))
+    width, start = int(rng.integers(1, step + 1)), int(rng.integers(0, 5))
+    size = start + step * count + int(rng.integers(0, 5))
+    slots = rng.permutation(width) if rng.random() < 0.3 else np.arange(width)
+    positions = [start + slot + step * np.arange(count) for slot in slots]  # (a run a slot, its sources in order)
+    positions.append(rng.integers(0, size, int(rng.integers(0, 50))))  # (loose values, some meeting the runs)
+    shuffled = rng.random() < 0.5
+    if shuffled:
+        positions = [positions[k] for k in rng.permutation(len(positions))]
+    positions = np.concatenate(positions)
+    in_order = rng.random() < 0.8
+    sources = np.arange(positions.size) if in_order else rng.permutation(positions.size)
+    values = rng.normal(size=positions.size + 3)
+    assembly = sparse_loops.Assembly(positions, sources, size)
+    want = np.bincount(positions, values[sources], minlength=size)
+    np.testing.assert_array_equal(assembly(values), want)
+    np.testing.assert_array_equal(sparse_loops._module().assemble(values, *assembly.arranged()), want)  # (export)
+    if count >= sparse_loops.RUN_MIN and np.array_equal(slots, np.arange(width)) and \
+            positions.size == width * count and in_order and not shuffled:
+        assert [run[3:] for run in assembly.runs] == [(count, width)]  # (one transposed block)

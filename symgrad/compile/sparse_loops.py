@@ -189,8 +189,10 @@ def colour_columns(pattern: scipy.sparse.spmatrix) -> np.ndarray:
 class Assembly:
     """A result of ``size`` entries from computed values: ``values[sources[t]]`` goes to
     ``positions[t]``, the ones meeting at a position added in their order (what
-    ``np.bincount(positions, values[sources], size)`` gives), in one pass over the result: the order
-    found once, by a counting sort.
+    ``np.bincount(positions, values[sources], size)`` gives). Runs of ``RUN_MIN`` or more consecutive
+    sources landing alone at evenly spaced positions (a band formula's values, each the k-th entry of
+    its row) are strided copies; the others are added in one pass over their positions, the order found
+    once, by a counting sort.
 
     >>> Assembly(np.array([2, 0, 2]), np.array([0, 1, 3]), 4)(np.array([1.0, 2.0, 9.0, 3.0])).tolist()
     [2.0, 0.0, 4.0, 0.0]
@@ -203,11 +205,66 @@ class Assembly:
         inside = not positions.size or 0 <= positions.min() and positions.max() < size and 0 <= sources.min()
         if positions.size != sources.size or not inside:
             raise ValueError("symgrad: an assembly's positions and sources: as many, in 0 .. size - 1 and >= 0")
-        self.order, self.starts = _module().arrange(positions, sources, size)
-        self.reads = int(sources.max(initial=-1)) + 1
+        self.size, self.reads = size, int(sources.max(initial=-1)) + 1
+        self.runs, rest = _runs(positions, sources, size)
+        self.at = np.unique(positions[rest])  # (the positions the runs leave: a result of their own)
+        self.order, self.starts = _module().arrange(np.searchsorted(self.at, positions[rest]).astype(kind),
+                                                    sources[rest], self.at.size)
+        covered = sum(run[3] * run[4] for run in self.runs) + self.at.size
+        self.fill = np.empty if covered == size else np.zeros
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         if values.ndim != 1 or values.size < self.reads:  # (the C loops check nothing)
             raise ValueError(f"symgrad: the assembly reads {self.reads} values, got an array of shape "
                              f"{values.shape}")
-        return _module().assemble(values, self.order, self.starts)
+        out = self.fill(self.size)
+        for position, step, source, count, width in self.runs:  # (width runs side by side: a transposed block)
+            block = np.lib.stride_tricks.as_strided(out[position:], (count, width), (8 * step, 8))
+            block[...] = values[source:source + width * count].reshape(width, count).T
+        if self.at.size:
+            out[self.at] = _module().assemble(values, self.order, self.starts)
+        return out
+
+
+    def arranged(self) -> tuple[np.ndarray, np.ndarray]:
+        """(order, starts) over all ``size`` positions: position p's values are
+        ``values[order[starts[p]:starts[p + 1]]]``, added in that order (what an exported assembly writes).
+
+        >>> Assembly(np.array([2, 0, 2]), np.array([0, 1, 3]), 4).arranged()[0].tolist()
+        [1, 0, 3]
+        """
+        positions = [self.at[np.repeat(np.arange(self.at.size), np.diff(self.starts))]]
+        sources = [self.order.astype(np.int64)]
+        for position, step, source, count, width in self.runs:
+            positions.append((position + np.arange(width)[:, None] + step * np.arange(count)).ravel())
+            sources.append(source + np.arange(width * count))
+        return _module().arrange(*(np.concatenate(a).astype(np.int64) for a in (positions, sources)), self.size)
+
+
+RUN_MIN = 64  # values: a shorter run of evenly spaced positions is added with the others
+
+
+def _runs(positions: np.ndarray, sources: np.ndarray, size: int) -> tuple[list, np.ndarray]:
+    """The runs (first position, step, first source, length, width) of ``RUN_MIN`` or more values, each
+    the only one at its position, with consecutive sources and positions a constant step apart (width
+    such runs, one after another in sources and side by side in positions: one run); and the numbers of
+    the values outside them."""
+    m = positions.size
+    if m < RUN_MIN:
+        return [], np.arange(m)
+    steps = np.diff(positions.astype(np.int64)), np.diff(sources.astype(np.int64))
+    changes = np.flatnonzero((steps[0][1:] != steps[0][:-1]) | (steps[1][1:] != steps[1][:-1])) + 1
+    edges = np.concatenate([[0], changes, [m - 1]])  # (steps edges[k] .. edges[k + 1] - 1 are alike)
+    alone = np.bincount(positions, minlength=size) == 1
+    runs, inside = [], np.zeros(m, dtype=bool)
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        first = a + bool(inside[a])  # (element a may end the run before: each value in one run)
+        step = int(steps[0][a]) if a < m - 1 else 0
+        if b - first + 1 >= RUN_MIN and step > 0 and steps[1][a] == 1 and alone[positions[first:b + 1]].all():
+            run = (int(positions[first]), step, int(sources[first]), b - first + 1, 1)
+            last = runs[-1] if runs else None
+            beside = last is not None and last[1:4:2] == run[1:4:2] and last[4] < step and \
+                run[0] == last[0] + last[4] and run[2] == last[2] + last[3] * last[4]
+            runs[-1:] = [(*last[:4], last[4] + 1)] if beside else [*runs[-1:], run]
+            inside[first:b + 1] = True
+    return runs, np.flatnonzero(~inside)

@@ -18,6 +18,7 @@ nonzeros squared (n**3 when dense: 80 s at n = 3000) and each colour is a produc
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from symgrad.expr.build import Var
 from symgrad.expr.custom import plain
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import tensor
+from symgrad.expr.row_pieces import row_pieces
 from symgrad.expr.sparsity import band_entries, bands, index_values, rolled_pattern
 from symgrad.expr.traverse import object_array, topo_order
 from symgrad.trace.errors import traced
@@ -144,7 +146,8 @@ class RolledSparse:
                     f"{kind}, returned in CSR")
         if self.direct is not None:
             count = len(self.direct.compiled.program.roots) if self.direct.compiled is not None else 0
-            how = f"{count} band formulas at every row, one kernel"
+            on = "at every row" if self.direct.pieces == 1 else f"on {self.direct.pieces} pieces of the rows"
+            how = f"{count} band formulas {on}, one kernel"
         else:
             how = f"{self.colours} colour products, one batched kernel" + (
                 f", {len(self.dense_rows)} dense rows by reverse sweeps" if len(self.dense_rows) else "")
@@ -213,19 +216,23 @@ class _Dense:
 
 class _Direct:
     """The entries computed straight from their formulas (``sparsity.band_entries``: one per band or
-    address): one compiled kernel evaluates every formula at every row, and the values land at their
-    positions in CSR order, found once. The primal is computed once a row for all its entries (the
-    colours' products each computed it again: 14 for a bundle adjustment)."""
+    address, on each of the rows' pieces, ``row_pieces``): one compiled kernel evaluates every formula
+    on its piece, and the values land at their positions in CSR order, found once. The primal is
+    computed once a row for all its entries (the colours' products each computed it again: 14 for a
+    bundle adjustment), and once for the rows of a piece that share it (an observation's two)."""
 
-    def __init__(self, trace: Any, entries: list, root: Expr, columns: int, symmetric: bool, backend: str) -> None:
-        i, rows = root.args[1], root.shape[0]
-        at, takes = [], []
-        for k, (address, _, live) in enumerate(entries):
-            column = np.broadcast_to(index_values(address, (i,)), (rows,)).astype(np.int64)
-            row = np.flatnonzero(live & (column >= 0) & (column < columns))  # (elsewhere its formula is 0)
-            at.append((row, column[row]))
-            takes.append(k * rows + row)
-        row, column = (np.concatenate([np.zeros(0, np.int64), *(a[j] for a in at)]) for j in (0, 1))
+    def __init__(self, trace: Any, pieces: list, rows: int, columns: int, symmetric: bool, backend: str) -> None:
+        at, takes, formulas = [], [], []
+        for (piece, on), entries in pieces:
+            j = piece.args[1]
+            at_j = [np.broadcast_to(index_values(a, (j,)), on.shape).astype(np.int64) for a, _, _ in entries]
+            for k in np.argsort([c[0] for c in at_j], kind="stable"):  # (a row's order: the same in all, often)
+                (_, e, live), column = entries[k], at_j[k]
+                kept = np.flatnonzero(live & (column >= 0) & (column < columns))  # (elsewhere its formula is 0)
+                at.append((on[kept], column[kept]))
+                takes.append(sum(t.shape[0] for t in formulas) + kept)
+                formulas.append(tensor(e, j))
+        row, column = (np.concatenate([np.zeros(0, np.int64), *(a[k] for a in at)]) for k in (0, 1))
         pattern = scipy.sparse.csr_matrix((np.ones(row.size, dtype=bool), (row, column)), shape=(rows, columns))
         if symmetric:  # (a Hessian's: its rows read both halves already; symmetric on paper, stored so)
             pattern = pattern + pattern.T
@@ -235,26 +242,29 @@ class _Direct:
             self.pattern.indices
         takes = np.concatenate([np.zeros(0, np.int64), *takes])
         self.assembly = Assembly(np.searchsorted(keys, row * columns + column), takes, self.pattern.nnz)
-        self.trace, self.nnz = trace, self.pattern.nnz
-        self.compiled = compile([tensor(e, i) for _, e, _ in entries], trace.inputs,
-                                [*trace.params, *trace.constants], backend) if entries else None
+        self.trace, self.nnz, self.pieces, self.local = trace, self.pattern.nnz, len(pieces), threading.local()
+        self.compiled = compile(formulas, trace.inputs, [*trace.params, *trace.constants], backend) \
+            if formulas else None
 
     @classmethod
     def made(cls, trace: Any, roots: list, x: Expr, symmetric: bool, backend: str) -> Any:
         """The direct evaluation, or None where the entries are not bands (a row reading the vector in
         a sum, a scatter adding into one element) or their formulas are too large."""
         try:
-            entries = band_entries(roots[0], x)
+            pieces = [((piece, on), band_entries(piece, x)) for piece, on in row_pieces(roots[0])]
         except NotImplementedError:
             return None
-        if len(topo_order([e for _, e, _ in entries])) > DIRECT_MAX:
+        if len(topo_order([e for _, entries in pieces for _, e, _ in entries])) > DIRECT_MAX:
             return None
-        return cls(trace, entries, roots[0], int(np.prod(x.shape)), symmetric, backend)
+        return cls(trace, pieces, roots[0].shape[0], int(np.prod(x.shape)), symmetric, backend)
 
     def __call__(self, args: tuple, kwargs: dict) -> np.ndarray:
         if self.compiled is None:  # (no entry reads the vector: all zero)
             return np.zeros(self.nnz)
-        return self.assembly(np.ravel(self.compiled(*self.trace.vectors(args, kwargs, None))))
+        values = getattr(self.local, "values", None)  # (the kernel's: one array a thread, kept: a fresh one
+        if values is None:  # each call paid its pages' first writes, a third of bundle adjustment's time)
+            values = self.local.values = np.empty(self.compiled._n_out)
+        return self.assembly(self.compiled(*self.trace.vectors(args, kwargs, None), out=values))
 
 
 DIRECT_MAX = 20_000  # nodes of the entries' formulas, past which each call is colour products instead
