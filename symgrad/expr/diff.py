@@ -209,7 +209,7 @@ def _sweep(out: Expr, order: list[Expr], wrt: list[Expr], active: set[Expr], upd
     masks = _Masks(order)
     adj: dict[Expr, Expr] = {out: _ONE} if order else {}
     sites: dict[Expr, list] = {}  # array node -> [(load node, adjoint of the load)]
-    tidied: dict[Expr, Expr] = {}  # the gathers' rolled.tidy results (adjoints share most of their parts)
+    tidied = gathers.Memo()  # (the gathers' rolled.tidy results: adjoints share most of their parts)
     for k, node in enumerate(reversed(order)):
         if not k % CHUNK:
             update(min(CHUNK, len(order) - k))

@@ -132,20 +132,32 @@ def _inverse(entries: tuple, n: int) -> Expr | None:
     out[values] = np.arange(values.size)
     return table(out)
 
-def gather_adjoint(x: Expr, sites: list, outer: tuple = (), memo: dict | None = None) -> Expr:
+class Memo(dict):
+    """What the gathers of one reverse sweep share: ``rolled.tidy``'s results (node -> tidied node) and, in
+    ``costly``, whether a node reaches a costly one (node -> bool). Their adjoints share most of their
+    parts: an LSTM's 165 sites each walked the whole step's adjoint again (0.6 s of its first result)."""
+
+    __slots__ = ("costly",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.costly: dict[Expr, bool] = {}
+
+
+def gather_adjoint(x: Expr, sites: list, outer: tuple = (), memo: Memo | None = None) -> Expr:
     """The adjoint of the input array ``x`` from its loads' adjoints: a tensor over fresh indices
     (over ``outer`` first, when the adjoints vary over a Jacobian's output indices)."""
     targets = fresh_indices(x)
     return tensor(gather(x, sites, targets, outer, memo), *outer, *targets)
 
 
-def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: dict | None = None) -> Expr:
+def gather(arr: Expr, sites: list, targets: tuple, outer: tuple = (), memo: Memo | None = None) -> Expr:
     """The adjoint of ``arr`` at position ``targets``: the sum over its loads ``(arr[a(I)], w(I))`` of
     the w(I) with a(I) == targets. Each site is inverted (Halide's scatter-to-gather: one formula,
     guarded by where its solution lies in range) where ``solve`` can, and scattered otherwise.
     The ``outer`` indices (a Jacobian's rows) are fixed: never solved for, never summed.
-    ``memo``: as for ``tidy``, shared by the gathers of one reverse sweep."""
-    memo = {} if memo is None else memo
+    ``memo``: shared by the gathers of one reverse sweep."""
+    memo = Memo() if memo is None else memo
     total = None
     named = frozenset().union(*(t.free for t in targets)).difference(outer)
     for load, w in sites:
@@ -208,7 +220,7 @@ def _at_target(condition: Expr, load: Expr, shape: tuple, targets: tuple) -> Exp
     return None if out.free.intersection(load.free) else out
 
 
-def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> Expr | None:
+def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: Memo) -> Expr | None:
     solved: dict[Expr, Expr] = {o: o for o in outer}
     guards: list[Expr] = []
     tested = []  # addresses no index can be solved from: tested at every value of their indices
@@ -241,7 +253,7 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> 
         if digits and address.free.difference(solved):  # (digits left unsolved are summed: tested)
             guards.append(target == substitute_indices(address, solved))
     guards += [target == substitute_indices(address, solved) for address, target in tested]
-    term = tidy(_at(w, load, solved), memo)
+    term = tidy(_at(w, load, solved, memo.costly), memo)
     for condition in reversed(guards):
         condition = tidy(condition, memo)
         settled = _settled(condition)
@@ -254,13 +266,14 @@ def _inverted(load: Expr, w: Expr, targets: tuple, outer: tuple, memo: dict) -> 
     return term
 
 
-def _at(w: Expr, load: Expr, solved: dict) -> Expr:
+def _at(w: Expr, load: Expr, solved: dict, known: dict) -> Expr:
     """w at the solution. Where w calls transcendental functions or reduces, a load from w
     materialised over the load's indices: computed once per index value (in one loop with the
     other sites' adjoints and the value, by the compiler), however many sites read it shifted.
     Cheap arithmetic is recomputed at each site instead: no temporary array to fill and read.
     A conditional zero around w (``where(c, y, 0)``) stays outside what is materialised, so the
-    rule ``x * where(c, y, 0) -> where(c, x*y, 0)`` still keeps a nan partial out where c fails."""
+    rule ``x * where(c, y, 0) -> where(c, x*y, 0)`` still keeps a nan partial out where c fails.
+    ``known``: Memo.costly."""
     zeros = []  # the conditional zeros around w, outermost first: (condition, the side y is on)
     while (taken := _zero_where(w)) is not None:
         zeros.append((w.args[0], taken))
@@ -269,7 +282,9 @@ def _at(w: Expr, load: Expr, solved: dict) -> Expr:
     # addresses name them: the adjoint of x[r, c] is then that tensor itself.
     order = [*(i for a in load.args[1:] for i in by_name(a.free)), *by_name(w.free)]
     indices = tuple(i for i in dict.fromkeys(order) if i in w.free)  # (w may vary over a Jacobian's rows)
-    if not indices or not any(costly(n) for n in topo_order([w])):
+    for n in topo_order([w], known):
+        known[n] = costly(n) or any(known[a] for a in n.args)
+    if not indices or not known[w]:
         term = substitute_indices(w, solved)
     else:
         term = apply(ops.load, (tensor(w, *indices), *(solved.get(i, i) for i in indices)))
