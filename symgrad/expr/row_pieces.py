@@ -48,11 +48,11 @@ def row_pieces(rows: Expr) -> list[tuple[Expr, np.ndarray]]:
     marks: dict[Expr, bool] = {}
     for node in topo_order([body]):
         marks[node] = _marked(node, marks)
-    pure = [node for node in marks if node.free == {i}]
+    pure, grid = [node for node in marks if node.free == {i}], _Grid((i,))
     cuts = set()
     for node in pure:
         if node.op.name in _COMPARE and marks[node]:
-            holds = np.broadcast_to(_decided(node, _Grid((i,))), (n,))
+            holds = np.broadcast_to(_decided(node, grid), (n,))
             changes = np.flatnonzero(holds[1:] != holds[:-1]) + 1
             if changes.size <= CUTS_MAX:
                 cuts.update(changes.tolist())

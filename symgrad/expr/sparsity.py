@@ -238,10 +238,11 @@ PATTERNS: dict[str, Callable] = {"array": _constant_deps, "table": _constant_dep
 
 
 class _Grid:
-    """The index symbols of a loop nest as broadcastable aranges, the nest's own first."""
+    """The index symbols of a loop nest as broadcastable aranges, the nest's own first; ``known``: the
+    values of index expressions over it found so far (the addresses read share their parts)."""
 
     def __init__(self, indices: tuple) -> None:
-        self.indices = tuple(indices)
+        self.indices, self.known = tuple(indices), {}
         self.axes = {i: k for k, i in enumerate(self.indices)}
         self.shape = tuple(i.payload[1] for i in self.indices)
 
@@ -257,7 +258,7 @@ class _Widened:
     are widened (a concatenation's last row summing all of x: n points, not n * n)."""
 
     def __init__(self, grid: _Grid, kept: np.ndarray, more: list[Expr]) -> None:
-        self.more, self.kept = list(more), kept
+        self.more, self.kept, self.known = list(more), kept, {}
         self.shape = (kept.size, *(i.payload[1] for i in self.more))
         values = np.unravel_index(kept, grid.shape) if grid.indices else ()
         self.values = dict(zip(grid.indices, values))
@@ -280,8 +281,8 @@ _INTEGER = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "mod": np.mod
 
 def _indexed(e: Expr, grid: _Grid) -> np.ndarray:
     """The integer values of the index expression ``e`` over ``grid`` (broadcastable to it)."""
-    values: dict[Expr, Any] = {}
-    order = topo_order([e])
+    values = grid.known
+    order = topo_order([e], values)
     if any(node.op.name == "as_index" for node in order):  # (its indices may be bound nowhere in the grid)
         raise NotImplementedError("the sparsity of an address read from an array is not found yet")
     for node in order:
@@ -298,7 +299,9 @@ def _indexed(e: Expr, grid: _Grid) -> np.ndarray:
             table = np.array(node.args[0].payload[1], dtype=np.int64).reshape(node.args[0].payload[0])
             values[node] = table[tuple(np.clip(values[a], 0, size - 1)  # (guarded: discarded outside)
                                        for a, size in zip(node.args[1:], table.shape))]
-        elif name != "table":
+        elif name == "table":
+            values[node] = None
+        else:
             raise NotImplementedError(f"the sparsity of an address through {name} is not found yet")
     return values[e]
 
@@ -465,16 +468,17 @@ def band_entries(rows: Expr, x: Expr) -> list[tuple[Expr, Expr, np.ndarray]]:
     return out
 
 
-def index_values(e: Expr, indices: tuple) -> np.ndarray:
+def index_values(e: Expr | list[Expr], indices: tuple) -> Any:
     """The integer values of the index arithmetic ``e`` over ``indices`` (axes in their order;
-    broadcastable to the grid).
+    broadcastable to the grid); of each of a list, their shared parts computed once.
 
     >>> import symgrad as sg
     >>> i = sg.index("i", 4)
-    >>> index_values(2 * i + 1, (i,)).tolist()
-    [1, 3, 5, 7]
+    >>> index_values(2 * i + 1, (i,)).tolist(), [a.tolist() for a in index_values([i, i // 2], (i,))]
+    ([1, 3, 5, 7], [[0, 1, 2, 3], [0, 0, 1, 1]])
     """
-    return _indexed(e, _Grid(indices))
+    grid = _Grid(indices)
+    return [_indexed(a, grid) for a in e] if isinstance(e, list) else _indexed(e, grid)
 
 
 _INLINED = ("tensor", "scatter")

@@ -225,7 +225,8 @@ class _Direct:
         at, takes, formulas = [], [], []
         for (piece, on), entries in pieces:
             j = piece.args[1]
-            at_j = [np.broadcast_to(index_values(a, (j,)), on.shape).astype(np.int64) for a, _, _ in entries]
+            at_j = [np.broadcast_to(v, on.shape).astype(np.int64)
+                    for v in index_values([address for address, _, _ in entries], (j,))]
             for k in np.argsort([c[0] for c in at_j], kind="stable"):  # (a row's order: the same in all, often)
                 (_, e, live), column = entries[k], at_j[k]
                 kept = np.flatnonzero(live & (column >= 0) & (column < columns))  # (elsewhere its formula is 0)
