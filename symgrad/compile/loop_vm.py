@@ -24,7 +24,7 @@ import numpy as np
 from numba import types
 
 from symgrad.compile import cache, fastmath, special, vm
-from symgrad.compile.kernels import SIGNATURES, Kernels, register
+from symgrad.compile.kernels import Kernels, register
 from symgrad.compile.loop_emitter import POWERS, SLOTS, _Emitter, _Region, folded, interleaved
 from symgrad.compile.loop_program import _ZERO, LoopProgram
 from symgrad.compile.loop_source import _FASTMATH
@@ -194,71 +194,58 @@ def argsort(q, x, p, out, work, tables):
                 D[o, k, j] = order[k]
 
 
-@numba.njit(**_jit)
-def run(code, ints, consts, tables, dims, x, p, out, work):
-    # dims: registers, loop counters, work floats, len(x), len(p), len(out)
+@numba.njit(nogil=True, **_jit)
+def rows(code, ints, consts, tables, dims, X, P, V, OUT, lo, hi, summed):
+    # rows lo..hi of X and P (or their one row): the value into V[i], the outputs into OUT[i]; summed:
+    # values and outputs added up into V[0] and OUT[0]. dims: registers, loop counters, work floats,
+    # len(x), len(p), len(out). (One compiled function: each Numba function calling another compiles
+    # the callee's code again, 5 s for this interpreter.)
+    if X.shape[1] != dims[3] or P.shape[1] != dims[4] or OUT.shape[1] != dims[5]:
+        raise ValueError("symgrad: wrong shape")
+    work, part = np.empty(dims[2]), np.empty(dims[5] if summed else 0)
     r = np.empty((max(dims[0], 1), {block}))
     top = r.shape[0] - 1
     counters = np.zeros(dims[1] + 1, dtype=np.int64)
+    if summed:
+        V[0] = 0.0
+        OUT[0, :] = 0.0
     L0 = {block}
-    L = L0
-    base = 0
-    total = 0
-    ret = 0.0
-    pc = 0
-    while pc < code.shape[0]:
-        op = code[pc, 0]
-        d = code[pc, 1]
-        a = code[pc, 2]
-        b = code[pc, 3]
-        c = code[pc, 4]
-        e = code[pc, 5]
-        pc += 1
-        # Register rows: the lane loops index one dimension. A pseudo-op's d, a, b, c may be a
-        # memory or an offset, not a register: kept in range, so no view points outside them.
-        rd, ra, rb, rc = r[min(d, top)], r[min(a, top)], r[min(b, top)], r[min(c, top)]
+    for i in range(lo, hi):
+        x, p = X[i if X.shape[0] > 1 else 0], P[i if P.shape[0] > 1 else 0]
+        out = part if summed else OUT[i]
+        L = L0
+        base = 0
+        total = 0
+        ret = 0.0
+        pc = 0
+        while pc < code.shape[0]:
+            op = code[pc, 0]
+            d = code[pc, 1]
+            a = code[pc, 2]
+            b = code[pc, 3]
+            c = code[pc, 4]
+            e = code[pc, 5]
+            pc += 1
+            # Register rows: the lane loops index one dimension. A pseudo-op's d, a, b, c may be a
+            # memory or an offset, not a register: kept in range, so no view points outside them.
+            rd, ra, rb, rc = r[min(d, top)], r[min(a, top)], r[min(b, top)], r[min(c, top)]
 {dispatch}
-    return ret
-
-
-@numba.njit(**_jit)
-def point(code, ints, consts, tables, dims, x, p, out):
-    if x.shape[0] != dims[3] or p.shape[0] != dims[4] or out.shape[0] != dims[5]:
-        raise ValueError("symgrad: wrong shape")
-    return run(code, ints, consts, tables, dims, x, p, out, np.empty(dims[2]))
-
-
-@numba.njit(nogil=True, **_jit)
-def batch(code, ints, consts, tables, dims, X, P, V, OUT, lo, hi):
-    if X.shape[1] != dims[3] or P.shape[1] != dims[4] or OUT.shape[1] != dims[5]:
-        raise ValueError("symgrad: wrong shape")
-    work = np.empty(dims[2])
-    for i in range(lo, hi):
-        v = run(code, ints, consts, tables, dims, X[i], P[i if P.shape[0] > 1 else 0], OUT[i], work)
-        if V.shape[0]:
-            V[i] = v
-
-
-@numba.njit(nogil=True, **_jit)
-def total(code, ints, consts, tables, dims, x, P, acc, lo, hi):
-    if x.shape[0] != dims[3] or P.shape[1] != dims[4] or acc.shape[0] != dims[5] + 1:
-        raise ValueError("symgrad: wrong shape")
-    work, part = np.empty(dims[2]), np.empty(dims[5])
-    acc[:] = 0.0
-    for i in range(lo, hi):
-        acc[0] += run(code, ints, consts, tables, dims, x, P[i], part, work)
-        acc[1:] += part
+        if summed:
+            V[0] += ret
+            OUT[0] += part
+        elif V.shape[0]:
+            V[i] = ret
 '''
 
 
 def source() -> str:
-    """The loop VM module: ``run`` (the interpreter) and the ``point`` / ``batch`` / ``total`` kernels.
+    """The loop VM module: ``rows``, the interpreter run on each row of its arguments.
 
     >>> "elif op == 1003:" in source()  # LOAD, among the op table's rows
     True
     """
     io = dict(arg="r{}[j]", loop="for j in range(L):\n")
-    return HEADER.format(block=BLOCK, dispatch=vm.dispatch(io, " " * 8, _PSEUDO))
+    return HEADER.format(block=BLOCK, dispatch=vm.dispatch(io, " " * 12, _PSEUDO))
 
 
 @functools.lru_cache(None)
@@ -268,11 +255,29 @@ def _module() -> Any:
 
 
 @functools.lru_cache(None)
-def variant(name: str) -> Any:
-    """The VM's kernel ``name``, compiled once per machine (then loaded from the disk cache)."""
+def _rows() -> Any:
+    """The VM's one compiled function, compiled once per machine (then loaded from the disk cache)."""
     code, ints, dims = types.int64[:, ::1], types.int64[::1], types.int64[::1]
-    vec = types.float64[::1]
-    return cache.typed(_module(), name, (code, ints, vec, vec, dims, *SIGNATURES[name]))
+    vec, mat, whole = types.float64[::1], types.float64[:, ::1], types.int64
+    return cache.typed(_module(), "rows", (code, ints, vec, vec, dims, mat, mat, vec, mat, whole, whole,
+                                            types.boolean))
+
+
+def variant(name: str) -> Callable:
+    """The VM's kernel ``name`` (point, batch, total: kernels.SIGNATURES after the program's arrays),
+    each a call of its one compiled function."""
+    rows = _rows()
+    if name == "point":
+        def point(code: Any, ints: Any, consts: Any, tables: Any, dims: Any, x: Any, p: Any, out: Any) -> float:
+            value = np.zeros(1)
+            rows(code, ints, consts, tables, dims, x[None], p[None], value, out[None], 0, 1, False)
+            return float(value[0])
+        return point
+    if name == "batch":
+        return lambda code, ints, consts, tables, dims, X, P, V, OUT, lo, hi: rows(
+            code, ints, consts, tables, dims, X, P, V, OUT, lo, hi, False)
+    return lambda code, ints, consts, tables, dims, x, P, acc, lo, hi: rows(
+        code, ints, consts, tables, dims, x[None], P, acc[:1], acc[None, 1:], lo, hi, True)
 
 
 class _Lanes(_Emitter):
@@ -569,12 +574,12 @@ def listing(arrays: dict) -> str:
 
 
 def at_hand() -> bool:
-    """Whether the VM's point kernel is loaded or in the disk cache (else its first use compiles it, ~8 s).
+    """Whether the VM is loaded or in the disk cache (else its first use compiles it: 40 s on 2 cores).
 
     >>> at_hand() in (True, False)
     True
     """
-    return variant.cache_info().currsize > 0 or cache.on_disk(_module(), "point")
+    return _rows.cache_info().currsize > 0 or cache.on_disk(_module(), "rows")
 
 
 @register("loops", "vm")
