@@ -95,7 +95,7 @@ class Expr:
     args: tuple[Expr, ...]
     payload: Any
     shash: int
-    order_key: tuple  # canonical order of commutative arguments (see order_key)
+    order_key: tuple  # canonical order of commutative arguments (see intern)
     free: frozenset  # the index symbols this node varies over (rolled expressions; empty for scalars)
 
     # Operators, printing, pickling and NumPy's hooks need the rest of the symbolic layer: they
@@ -151,7 +151,9 @@ _table: dict[tuple, weakref.ref] = {}
 # Reentrant: a node dying during an insert (the GC can run there) calls _drop in the same thread.
 _lock = threading.RLock()
 _new = object.__new__
-_set = object.__setattr__
+# The slots' own setters (Expr.__setattr__ refuses: nodes are immutable once made).
+_set_op, _set_args, _set_payload, _set_shash, _set_order, _set_free = (
+    getattr(Expr, name).__set__ for name in ("op", "args", "payload", "shash", "order_key", "free"))
 
 
 def intern(op: Any, args: tuple[Expr, ...], payload: Any = None) -> Expr:
@@ -164,20 +166,28 @@ def intern(op: Any, args: tuple[Expr, ...], payload: Any = None) -> Expr:
     node = ref() if ref is not None else None
     if node is not None:
         return node
-    h = ((op.code + 1) * 0x9E3779B97F4A7C15 ^ _payload_hash(op.name, payload)) & _MASK
+    h = ((op.code + 1) * 0x9E3779B97F4A7C15 ^ (0 if payload is None else _payload_hash(op.name, payload))) & _MASK
     for a in args:
         h = _mix(h, a.shash)
+    rank = _RANK.get(op.name, 3)
+    free = _NONE
+    for a in args:
+        if a.free:
+            free = None  # (found from the node: a binder's indices are its arguments)
+            break
     with _lock:
         ref = _table.get(key)
         node = ref() if ref is not None else None
         if node is None:
             node = _new(Expr)
-            _set(node, "op", op)
-            _set(node, "args", args)
-            _set(node, "payload", payload)
-            _set(node, "shash", h)
-            _set(node, "order_key", order_key(op, payload, h))
-            _set(node, "free", _free(node))
+            _set_op(node, op)
+            _set_args(node, args)
+            _set_payload(node, payload)
+            _set_shash(node, h)
+            # The canonical order of commutative arguments, stable across processes and readable:
+            # constants first, then variables by name, products before sums.
+            _set_order(node, (rank, name_order(payload) if rank == 1 else (), h))
+            _set_free(node, _free(node) if free is None or op.name == "index" else free)
             ref = _KeyedRef(node, _drop)
             ref.key = key
             _table[key] = ref
@@ -200,12 +210,6 @@ def _free(node: Expr) -> frozenset:
 
 
 _RANK = {"const": 0, "var": 1, "mul": 2, "div": 2, "pow": 2, "neg": 2, "add": 4, "sub": 4}
-
-
-def order_key(op: Any, payload: Any, shash: int) -> tuple:
-    """Canonical order of commutative arguments: stable across processes and readable
-    (constants first, then variables by name, products before sums)."""
-    return (_RANK.get(op.name, 3), name_order(payload) if op.name == "var" else (), shash)
 
 
 def name_order(name: str) -> tuple:
