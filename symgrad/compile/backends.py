@@ -49,12 +49,27 @@ def numba_kernels(program: Program, roots: list[Expr] | None = None) -> Kernels:
 
 
 @functools.lru_cache(None)
-def vm_variant(variant: str) -> Any:
-    """The VM's kernel ``variant``, compiled once per machine (then loaded from the disk cache)."""
+def _vm_kernel(name: str) -> Any:
+    """The VM's compiled function ``name`` (point, rows), compiled once per machine (then from the disk cache)."""
     text = vm.source()
     module = cache.load(f"vm_{hashlib.blake2b(text.encode(), digest_size=12).hexdigest()}", text)
-    code, dims = types.int32[:, ::1], types.int64[::1]
-    return cache.typed(module, variant, (code, types.float64[::1], dims, *SIGNATURES[variant]))
+    code, dims, whole = types.int32[:, ::1], types.int64[::1], types.int64
+    vec, mat = types.float64[::1], types.float64[:, ::1]
+    signature = (vec, vec, vec) if name == "point" else (mat, mat, vec, mat, whole, whole, types.boolean)
+    return cache.typed(module, name, (code, vec, dims, *signature))
+
+
+def vm_variant(variant: str) -> Any:
+    """The VM's kernel ``variant`` (kernels.SIGNATURES after the program's arrays): ``batch`` and
+    ``total`` are calls of its one ``rows`` function."""
+    if variant == "point":
+        return _vm_kernel("point")
+    rows = _vm_kernel("rows")
+    if variant == "batch":
+        return lambda code, consts, dims, X, P, V, OUT, lo, hi: rows(
+            code, consts, dims, X, P, V, OUT, lo, hi, False)
+    return lambda code, consts, dims, x, P, acc, lo, hi: rows(
+        code, consts, dims, x[None], P, acc[:1], acc[None, 1:], lo, hi, True)
 
 
 @register("program", "vm")

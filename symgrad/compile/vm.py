@@ -3,10 +3,10 @@
 Its dispatch (an ``if``/``elif`` chain over opcodes, which LLVM turns into a jump table)
 is generated from the op table's Numba templates, so adding an op adds a branch here too.
 Nothing is compiled per graph: the module is compiled once per machine and loaded from
-Numba's disk cache afterwards. ``batch`` and ``total`` (rows ``lo:hi``; the caller runs
-slices on threads) hand blocks of ``BLOCK`` points to ``block``, which runs each
-instruction over the whole block with a work array of slots x points that fits in cache:
-the dispatch is paid once per block, not per point.
+Numba's disk cache afterwards. ``rows`` (behind ``batch`` and ``total``: rows ``first:last``;
+the caller runs slices on threads) runs each instruction over a block of ``BLOCK`` points
+with a work array of slots x points that fits in cache: the dispatch is paid once per block,
+not per point.
 """
 
 from __future__ import annotations
@@ -46,49 +46,36 @@ def point(code, consts, dims, x, p, out):
     return ret
 '''
 
-BLOCK_RUN = '''
-
-@numba.njit(**_jit)
-def block(code, consts, w, X, P, lo, m, ob):
-    # Rows lo .. lo+m of X and P (a single row is broadcast); outputs to ob.
-    xs = 1 if X.shape[0] > 1 else 0
-    ps = 1 if P.shape[0] > 1 else 0
-{loop}
-'''
-
-BATCH = '''
+ROWS = '''
 
 @numba.njit(nogil=True, **_jit)
-def batch(code, consts, dims, X, P, V, OUT, lo, hi):
+def rows(code, consts, dims, X, P, V, OUT, first, last, summed):
+    # rows first..last of X and P (a single row is broadcast), {block} points at a time: the values into V
+    # and the outputs into OUT; summed: all added up into V[0] and OUT[0]. (One compiled function: each
+    # Numba function calling another compiles the callee's code again.)
     n = X.shape[0]
     check(dims, X.shape[1], P.shape[1], OUT.shape[1])
-    if (P.shape[0] != n and P.shape[0] != 1) or V.shape[0] != n * dims[4] or OUT.shape[0] != n:
+    if not summed and ((P.shape[0] != n and P.shape[0] != 1) or V.shape[0] != n * dims[4] or OUT.shape[0] != n):
         raise ValueError("symgrad: wrong shape")
+    xs = 1 if X.shape[0] > 1 else 0
+    ps = 1 if P.shape[0] > 1 else 0
     w = np.empty((dims[0], {block}))
     ob = np.empty((dims[3] + 1, {block}))
-    for start in range(lo, hi, {block}):
-        m = min({block}, hi - start)
-        block(code, consts, w, X, P, start, m, ob)
+    if summed:
+        V[0] = 0.0
+        OUT[0, :] = 0.0
+    for lo in range(first, last, {block}):
+        m = min({block}, last - lo)
+{{loop}}
+        if summed:
+            V[0] += np.sum(ob[0, :m])
+            for j in range(dims[3]):
+                OUT[0, j] += np.sum(ob[j + 1, :m])
+            continue
         if dims[4]:
-            V[start:start + m] = ob[0, :m]
+            V[lo:lo + m] = ob[0, :m]
         for j in range(dims[3]):
-            OUT[start:start + m, j] = ob[j + 1, :m]
-'''
-
-TOTAL = '''
-
-@numba.njit(nogil=True, **_jit)
-def total(code, consts, dims, x, P, acc, lo, hi):
-    check(dims, x.shape[0], P.shape[1], acc.shape[0] - 1)
-    X = x.reshape((1, x.shape[0]))
-    w = np.empty((dims[0], {block}))
-    ob = np.empty((dims[3] + 1, {block}))
-    acc[:] = 0.0
-    for start in range(lo, hi, {block}):
-        m = min({block}, hi - start)
-        block(code, consts, w, X, P, start, m, ob)
-        for j in range(dims[3] + 1):
-            acc[j] += np.sum(ob[j, :m])
+            OUT[lo:lo + m, j] = ob[j + 1, :m]
 '''
 
 # The interpreter loop: decode each row, then the dispatch.
@@ -145,7 +132,7 @@ def dispatch(io: dict, indent: str, pseudo: list | None = None) -> str:
 
 
 def source() -> str:
-    """The VM module's source: kernels ``point``, ``batch`` and ``total``.
+    """The VM module's source: ``point``, and ``rows`` (``batch`` and ``total`` call it: backends.vm_variant).
 
     >>> "elif op == 3:" in source()  # one branch per op-table row
     True
@@ -153,7 +140,5 @@ def source() -> str:
     return "".join([
         HEADER,
         POINT.format(loop=LOOP.format(dispatch=dispatch(_POINT, " " * 8))),
-        BLOCK_RUN.format(loop=LOOP.format(dispatch=dispatch(_BLOCK, " " * 8))),
-        BATCH.format(block=BLOCK),
-        TOTAL.format(block=BLOCK),
+        ROWS.format(block=BLOCK).format(loop=_indent(LOOP.format(dispatch=dispatch(_BLOCK, " " * 8)), "    ")),
     ])
