@@ -241,6 +241,8 @@ def _nested_where(c: Expr, a: Expr, b: Expr) -> Expr | None:
 
 
 def _mul_where(a: Expr, b: Expr) -> Expr | None:
+    if a.op is not ops.where and b.op is not ops.where:  # (most products: no lambda made, 0.5 us)
+        return None
     out = _push_into_where(b, lambda p: a * p)
     return out if out is not None else _push_into_where(a, lambda p: p * b)
 
@@ -249,17 +251,11 @@ def _mul_masked_sum(a: Expr, b: Expr) -> Expr | None:
     """x * (where(c1, p, 0) + where(c2, q, 0)) -> where(c1, x*p, 0) + where(c2, x*q, 0), up to
     ``MASKED_TERMS`` terms: an adjoint gathered from several masked sites times a nan partial (sqrt's
     where its branch is not taken) stays 0 where every mask is off."""
-    if _distributing.depth:  # (x * p inside another distribution: left a product, or the terms multiply)
-        return None
+    if a.op is not ops.add and b.op is not ops.add or _distributing.depth:  # (x * p inside another
+        return None  # distribution: left a product, or the terms multiply)
     for total, x in ((b, a), (a, b)):
-        terms, stack = [], [total]
-        while stack and len(terms) + len(stack) <= MASKED_TERMS:  # (each on the stack holds a term or more)
-            node = stack.pop()
-            if node.op is ops.add:
-                stack += node.args
-            else:
-                terms.append(node)
-        if total.op is ops.add and not stack and len(terms) <= MASKED_TERMS and all(map(_zero_where, terms)):
+        terms = _masked_terms(total) if total.op is ops.add else None
+        if terms is not None:
             _distributing.depth += 1
             try:
                 out = _push_into_where(terms[0], lambda p, x=x: x * p)
@@ -269,6 +265,23 @@ def _mul_masked_sum(a: Expr, b: Expr) -> Expr | None:
                 _distributing.depth -= 1
             return out
     return None
+
+
+def _masked_terms(total: Expr) -> list[Expr] | None:
+    """The terms of the sum ``total`` if there are at most ``MASKED_TERMS``, each a conditional zero; else
+    None, as soon as a term is not one (a product's rules ask this of every sum it meets)."""
+    terms, stack = [], [total]
+    while stack:
+        node = stack.pop()
+        if node.op is ops.add:
+            stack += node.args
+        elif _zero_where(node) is None:
+            return None
+        else:
+            terms.append(node)
+        if len(terms) + len(stack) > MASKED_TERMS:
+            return None
+    return terms
 
 
 class _Distributing(threading.local):
