@@ -14,7 +14,6 @@ derivative is the 0 branch's, and a sum of such pieces counts on it).
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable
 from numbers import Real
@@ -137,9 +136,8 @@ def apply(op: ops.Op, args: tuple, payload: Any = None) -> Expr:
             special = 1
             n_const += a.op is _CONST
     if n_const == len(args):
-        fold = _FOLDED.get(op.name)
-        if fold is not None:  # (Python's float +, -, * are IEEE's, as NumPy's: no errstate to enter, 3 us)
-            return intern(_CONST, (), fold(*(a.payload for a in args)))
+        if op.fold is not None:  # (Python's float +, -, * are IEEE's, as NumPy's: no errstate to enter, 3 us)
+            return intern(_CONST, (), op.fold(*(a.payload for a in args)))
         with np.errstate(all="ignore"):
             return const(float(op.impl(*(np.float64(a.payload) for a in args))))
     if op.commutative and args[1].order_key < args[0].order_key:
@@ -296,7 +294,6 @@ MASKED_TERMS = 4
 
 # The rules only fire when an argument is one of these ops, or two arguments are one node;
 # a rule that looks at another kind of argument must add its op here.
-_FOLDED = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "neg": operator.neg}
 _LOOKED_AT = {_CONST, ops.neg, ops.sub, ops.where, ops.stop_gradient, ops.add}
 
 RULES: dict[str, tuple[Callable[..., Expr | None], ...]] = {

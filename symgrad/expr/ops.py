@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ class Op:
     array_valued: bool = False  # an array (sg.array, tensor, table, scatter), read through loads
     evaluate: Callable | None = None  # rolled rows: (node, argument values, context) -> value
     finite: bool = False  # its value is finite wherever its arguments' are (no sqrt, log, / ...)
+    fold: Callable | None = None  # on Python floats: impl's value, with no warning to silence (constant folding)
     code: int = field(default=-1)
 
     def __call__(self, *args: Any) -> Any:
@@ -133,17 +135,19 @@ const = _row("const", 0, None, None, finite=True)
 # ---- arithmetic -----------------------------------------------------------------------
 add = _row("add", 2, np.add, "{0} + {1}", (lambda a, b, o: 1.0, lambda a, b, o: 1.0),
            commutative=True, ufunc=np.add, to_sympy=lambda a, b: a + b, **_infix(" + ", ADD, ADD, ADD),
-           finite=True)
+           finite=True, fold=operator.add)
 sub = _row("sub", 2, np.subtract, "{0} - {1}", (lambda a, b, o: 1.0, lambda a, b, o: -1.0),
-           ufunc=np.subtract, to_sympy=lambda a, b: a - b, **_infix(" - ", ADD, ADD, ADD + 1), finite=True)
+           ufunc=np.subtract, to_sympy=lambda a, b: a - b, **_infix(" - ", ADD, ADD, ADD + 1), finite=True,
+           fold=operator.sub)
 mul = _row("mul", 2, np.multiply, "{0} * {1}", (lambda a, b, o: b, lambda a, b, o: a),
            commutative=True, ufunc=np.multiply, to_sympy=lambda a, b: a * b,
-           **_infix("*", MUL, MUL, MUL, r" \cdot "), finite=True)
+           **_infix("*", MUL, MUL, MUL, r" \cdot "), finite=True, fold=operator.mul)
 div = _row("div", 2, np.divide, "{0} / {1}", (lambda a, b, o: 1.0 / b, lambda a, b, o: -o / b),
            ufunc=np.divide, to_sympy=lambda a, b: a / b, prec=MUL, template=((0, MUL), "/", (1, MUL + 1)),
            latex=(r"\frac{", (0, 0), "}{", (1, 0), "}"))
 neg = _row("neg", 1, np.negative, "-{0}", (lambda a, o: -1.0,), ufunc=np.negative,
-           to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)), finite=True)
+           to_sympy=lambda a: -a, prec=NEG, template=("-", (0, NEG)), latex=("-", (0, NEG)), finite=True,
+           fold=operator.neg)
 pow = _row("pow", 2, np.power, "{0} ** {1}",
            # Where the textbook partials give 0 * inf: d/da is 0 at a == b == 0 (a**0 is constant), d/db is
            # 0 at a == 0 (log 0 replaced by log 1), not nan. The guards hold only there: at b == 0, a != 0,
