@@ -15,7 +15,7 @@ from numba import types
 from numba.core.registry import CPUDispatcher as Dispatcher
 
 from symgrad.compile import cache, numba_backend, vm
-from symgrad.compile.kernels import SIGNATURES, Kernels, register
+from symgrad.compile.kernels import SIGNATURES, Kernels, over_rows, register
 from symgrad.compile.loop_program import LoopProgram
 from symgrad.compile.program import Program
 from symgrad.expr.interp import run
@@ -60,16 +60,8 @@ def _vm_kernel(name: str) -> Any:
 
 
 def vm_variant(variant: str) -> Any:
-    """The VM's kernel ``variant`` (kernels.SIGNATURES after the program's arrays): ``batch`` and
-    ``total`` are calls of its one ``rows`` function."""
-    if variant == "point":
-        return _vm_kernel("point")
-    rows = _vm_kernel("rows")
-    if variant == "batch":
-        return lambda code, consts, dims, X, P, V, OUT, lo, hi: rows(
-            code, consts, dims, X, P, V, OUT, lo, hi, False)
-    return lambda code, consts, dims, x, P, acc, lo, hi: rows(
-        code, consts, dims, x[None], P, acc[:1], acc[None, 1:], lo, hi, True)
+    """The VM's kernel ``variant``: its own ``point``, or a call of its ``rows`` (kernels.over_rows)."""
+    return _vm_kernel("point") if variant == "point" else over_rows(_vm_kernel("rows"), variant)
 
 
 @register("program", "vm")

@@ -33,6 +33,34 @@ class Kernels:
     source: str | Callable[[], str]
 
 
+def over_rows(rows: Callable, variant: str) -> Callable:
+    """The kernel ``variant`` (point, batch, total: SIGNATURES after the arrays a VM binds first) as a
+    call of a VM's one compiled function ``rows(*arrays, X, P, V, OUT, lo, hi, summed)``: the values into
+    ``V`` and outputs into ``OUT`` by row, or added up into ``V[0]`` and ``OUT[0]`` (``summed``). One
+    function, because Numba compiles a callee's code again into each caller (the loop VM: 5 s each).
+
+    >>> got = []
+    >>> over_rows(lambda *a: got.append([np.shape(v) for v in a[-7:-3]] + [a[-1]]), "total")(
+    ...     np.ones(3), np.ones((4, 2)), np.zeros(6), 0, 4)
+    >>> got
+    [[(1, 3), (4, 2), (1,), (1, 5), True]]
+    """
+    if variant == "batch":
+        return lambda *args: rows(*args, False)
+    if variant == "total":
+        def total(*args: Any) -> None:
+            *arrays, x, P, acc, lo, hi = args
+            rows(*arrays, x[None], P, acc[:1], acc[None, 1:], lo, hi, True)
+        return total
+
+    def point(*args: Any) -> float:
+        *arrays, x, p, out = args
+        value = np.zeros(1)
+        rows(*arrays, x[None], p[None], value, out[None], 0, 1, False)
+        return float(value[0])
+    return point
+
+
 @dataclass(frozen=True)
 class Backend:
     """How to make Kernels for a program (``needs_roots``: the expressions too, for the interpreter)."""

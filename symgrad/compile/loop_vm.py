@@ -24,7 +24,7 @@ import numpy as np
 from numba import types
 
 from symgrad.compile import cache, fastmath, special, vm
-from symgrad.compile.kernels import Kernels, register
+from symgrad.compile.kernels import Kernels, over_rows, register
 from symgrad.compile.loop_emitter import POWERS, SLOTS, _Emitter, _Region, folded, interleaved
 from symgrad.compile.loop_program import _ZERO, LoopProgram
 from symgrad.compile.loop_source import _FASTMATH
@@ -264,20 +264,8 @@ def _rows() -> Any:
 
 
 def variant(name: str) -> Callable:
-    """The VM's kernel ``name`` (point, batch, total: kernels.SIGNATURES after the program's arrays),
-    each a call of its one compiled function."""
-    rows = _rows()
-    if name == "point":
-        def point(code: Any, ints: Any, consts: Any, tables: Any, dims: Any, x: Any, p: Any, out: Any) -> float:
-            value = np.zeros(1)
-            rows(code, ints, consts, tables, dims, x[None], p[None], value, out[None], 0, 1, False)
-            return float(value[0])
-        return point
-    if name == "batch":
-        return lambda code, ints, consts, tables, dims, X, P, V, OUT, lo, hi: rows(
-            code, ints, consts, tables, dims, X, P, V, OUT, lo, hi, False)
-    return lambda code, ints, consts, tables, dims, x, P, acc, lo, hi: rows(
-        code, ints, consts, tables, dims, x[None], P, acc[:1], acc[None, 1:], lo, hi, True)
+    """The VM's kernel ``name`` (point, batch, total), a call of its one compiled function."""
+    return over_rows(_rows(), name)
 
 
 class _Lanes(_Emitter):
