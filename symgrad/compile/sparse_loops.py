@@ -219,12 +219,12 @@ class Assembly:
                              f"{values.shape}")
         out = self.fill(self.size)
         for position, step, source, count, width in self.runs:  # (width runs side by side: a transposed block)
-            block = np.lib.stride_tricks.as_strided(out[position:], (count, width), (8 * step, 8))
+            block = np.lib.stride_tricks.as_strided(out[position:], (count, width),
+                                                    (out.itemsize * step, out.itemsize))
             block[...] = values[source:source + width * count].reshape(width, count).T
         if self.at.size:
             out[self.at] = _module().assemble(values, self.order, self.starts)
         return out
-
 
     def arranged(self) -> tuple[np.ndarray, np.ndarray]:
         """(order, starts) over all ``size`` positions: position p's values are

@@ -19,13 +19,13 @@ import numpy as np
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import canonical, index, substitute_indices
-from symgrad.expr.sparsity import _COMPARE, _decided, _Grid, _indexed, _inlined
+from symgrad.expr.sparsity import _COMPARE, _INTEGER, _decided, _Grid, _indexed, _inlined
 from symgrad.expr.traverse import topo_order
 
 CUTS_MAX = 4  # a condition changing more often over the rows (i % 2 == 0) is left to the rows
 PIECE_MIN = 64  # rows: a shorter range stays with its neighbour, its conditions undecided
 PERIOD_MAX = 8  # rows lo + d*j + r for r < d: d formulas over j where each had one over i
-_INDEX_OPS = frozenset({"index", "add", "sub", "neg", "mul", "mod", "floor_divide"})
+_INDEX_OPS = frozenset({"neg", *_INTEGER})  # (the arithmetic _indexed evaluates)
 
 
 def row_pieces(rows: Expr) -> list[tuple[Expr, np.ndarray]]:

@@ -222,7 +222,7 @@ class _Direct:
     bundle adjustment), and once for the rows of a piece that share it (an observation's two)."""
 
     def __init__(self, trace: Any, pieces: list, rows: int, columns: int, symmetric: bool, backend: str) -> None:
-        at, takes, formulas = [], [], []
+        at, takes, formulas, start = [], [], [], 0  # (start: the next formula's first value in the kernel's)
         for (piece, on), entries in pieces:
             j = piece.args[1]
             at_j = [np.broadcast_to(v, on.shape).astype(np.int64)
@@ -231,8 +231,9 @@ class _Direct:
                 (_, e, live), column = entries[k], at_j[k]
                 kept = np.flatnonzero(live & (column >= 0) & (column < columns))  # (elsewhere its formula is 0)
                 at.append((on[kept], column[kept]))
-                takes.append(sum(t.shape[0] for t in formulas) + kept)
+                takes.append(start + kept)
                 formulas.append(tensor(e, j))
+                start += on.size
         row, column = (np.concatenate([np.zeros(0, np.int64), *(a[k] for a in at)]) for k in (0, 1))
         pattern = scipy.sparse.csr_matrix((np.ones(row.size, dtype=bool), (row, column)), shape=(rows, columns))
         if symmetric:  # (a Hessian's: its rows read both halves already; symmetric on paper, stored so)
