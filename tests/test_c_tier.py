@@ -5,6 +5,9 @@ function landing where there is no compiler, the cache's size limit, bad argumen
 import os
 import pickle
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -229,6 +232,45 @@ def test_a_long_kernel_is_built_at_o1_with_the_same_bits(monkeypatch, tmp_path):
     assert len(objects) == 2 and np.array_equal(got[0], got[c_backend.LONG_LINES])
     value, g = sg.value_and_grad(f, [x], backend="python")(v)
     np.testing.assert_allclose(got[0], np.concatenate([[value], g]), rtol=1e-12, atol=1e-14)
+
+
+def test_a_long_kernel_under_auto_runs_unvectorised_first_then_vectorised_with_the_same_bits(first_on_c,
+                                                                                              monkeypatch):
+    """Under "auto" a long kernel's first C build leaves the vectoriser out (sooner: an LSTM gradient's
+    first result 1.5 -> 1.1 s); the full build replaces it in the background, giving the same bits."""
+    monkeypatch.setattr(tiers, "NUMBA_TIER", False)
+    monkeypatch.setattr(c_backend, "LONG_LINES", 0)
+    built, build = [], c_backend.build
+    monkeypatch.setattr(c_backend, "build", lambda *a: built.append(a[3]) or build(*a))
+    f, x, v, want = _fresh()
+    vg = sg.value_and_grad(f, [x])
+    value, g = vg(v)
+    assert built[:1] == [True] and vg.backend == "c" and value == pytest.approx(want, rel=1e-14)
+    assert vg.ready().backend == "c" and built == [True, False]
+    value2, g2 = vg(v)
+    assert value2 == value and np.array_equal(g2, g)
+
+
+def test_a_script_that_ends_while_a_tier_builds_stops_the_compiler_and_leaves_no_folder(tmp_path):
+    """The background build of a tier is not waited for at exit: the compiler (and what it started) is killed
+    and its folder removed, with nothing printed (the folder's remover had raced the compiler writing)."""
+    pidfile, cc = tmp_path / "pid", tmp_path / "slowcc"
+    cc.write_text(f'#!/bin/sh\ncase "$*" in *-O1*-ftree-vectorize*) echo $$ > {pidfile}; exec sleep 600;; esac\n'
+                  f'exec {c_backend.compiler()[0]} "$@"\n')
+    cc.chmod(0o755)
+    script = ("import os, sys, time\nimport symgrad as sg\nfrom symgrad.compile import c_backend, tiers\n"
+              f"sys.path.insert(0, {os.path.dirname(__file__)!r})\nfrom test_c_tier import _fresh\n"
+              "c_backend.LONG_LINES, tiers.NUMBA_TIER = 0, False\n"
+              "f, x, v, want = _fresh()\nsg.value_and_grad(f, [x])(v)\n"
+              f"for _ in range(6000):  # (until the full build is under way)\n"
+              f"    if os.path.exists({str(pidfile)!r}):\n        break\n    time.sleep(0.01)\n")
+    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(tmp_path / "cache"), CC=str(cc))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    pid = int(pidfile.read_text())
+    state = Path(f"/proc/{pid}/status")
+    assert not state.exists() or "\tZ" in state.read_text().splitlines()[2]  # (gone, or a zombie unreaped)
+    assert [p.name for p in (tmp_path / "cache" / "c").iterdir() if p.is_dir()] == []
 
 
 def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatch):

@@ -17,16 +17,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,18 @@ FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-buil
 NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off")
 # Kernels longer than this (lines of C, all files) are built at -O1: on an LSTM gradient's 8500 lines gcc
 # spends 4.5 s of CPU at -O2, 2.6 s at -O1 (both files at once on two cores: 2.4 -> 1.8 s), and its calls
-# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction).
+# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction). Under
+# "auto" they are built first without the vectoriser (QUICK_LEAVES_OUT: 0.63 -> 0.38 s a file, calls 10%
+# slower there, 3x on an ODE's loops), then with it on a background thread.
 LONG_LINES = 4000
+QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards _BUILDS and _EXITING
+_BUILDS: dict[Path, threading.Lock] = {}  # a lock per shared object: one thread builds it, others wait
+# The compilers under way and their folders: at exit, compilers are killed and folders removed (a daemon
+# thread building a tier is stopped mid-build; the folder's remover raced the compiler writing into it).
+_RUNNING: dict[Path, list[subprocess.Popen]] = {}
+_EXITING = threading.Event()
 _PROBING = threading.Lock()
 _OPENED: set[Path] = set()  # the shared objects loaded (never unloaded: ctypes does not dlclose them)
 _c, _ll, _d = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_double
@@ -112,8 +121,8 @@ def flags() -> tuple[str, ...]:
 
 
 def _unlocked_in_child() -> None:
-    global _PROBING, _LOCK
-    _PROBING, _LOCK = threading.Lock(), threading.Lock()
+    global _PROBING, _LOCK, _BUILDS, _RUNNING
+    _PROBING, _LOCK, _BUILDS, _RUNNING = threading.Lock(), threading.Lock(), {}, {}  # (the parent's compilers)
 
 
 # A child forked while the import's probe (or a build) ran would inherit its lock held, and wait forever.
@@ -193,55 +202,125 @@ def _private() -> Path:
     return folder
 
 
-def build(text: str, stem: str, others: Sequence[str] = ()) -> Path:
+def long(text: str, others: Sequence[str] = ()) -> bool:
+    """Whether the C files ``text`` and ``others`` are long (LONG_LINES): built at -O1, and first
+    without the vectoriser under "auto".
+
+    >>> long("double one(void) { return 1.0; }")
+    False
+    """
+    return sum(t.count("\n") for t in (text, *others)) > LONG_LINES
+
+
+def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False) -> Path:
     """The shared object of the C file ``text`` and any ``others`` it calls (compiled now, at once on
-    this machine's cores, and linked; or found built from the same texts and compiler before).
+    this machine's cores, and linked; or found built from the same texts and compiler before);
+    ``quick``: a long file's without the vectoriser (a first tier, sooner).
 
     >>> build("double one(void) { return 1.0; }", "doc").suffix
     '.so'
     """
     version, command, options = compiler()[1], _command(), flags()
-    if sum(t.count("\n") for t in (text, *others)) > LONG_LINES:
-        options = tuple("-O1" if o == "-O2" else o for o in options)
+    if long(text, others):
+        options = tuple("-O1" if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
     host = _host() if "-march=native" in options else ""
     key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
     folder = _folder()
     target = folder / f"{stem}-{key}.so"
     with _LOCK:
+        lock = _BUILDS.setdefault(target, threading.Lock())
+    with lock:  # (not one lock for all: a background tier's build would hold up a new function's first)
         if target.is_file() and not target.is_symlink():
             with contextlib.suppress(OSError):
                 os.utime(target)  # (used: the cache's eviction goes by last use)
             return target
-        with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            sources = [Path(tmp) / f"{stem}{'' if k == 0 else f'_{k}'}.c" for k in range(1 + len(others))]
-            for source, content in zip(sources, (text, *others), strict=True):
-                source.write_text(content, encoding="utf-8")
-            built = Path(tmp) / f"{stem}.so"
-            if others:  # (each file an object of its own, built in parallel, then linked)
-                compile_only = [o for o in options if o != "-shared"]
-                with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-                    list(pool.map(lambda c: _run([*command, *compile_only, "-c", "-o", str(c.with_suffix(".o")),
-                                                  str(c)], c.name), sources))
-                _run([*command, "-shared", "-o", str(built), *(str(c.with_suffix(".o")) for c in sources), "-lm"],
-                     f"{stem}.so")
-            else:
-                _run([*command, *options, "-o", str(built), str(sources[0]), "-lm"], sources[0].name)
-            os.replace(built, target)
+        tmp = Path(tempfile.mkdtemp(dir=folder))
+        try:
+            _compiled(command, options, tmp, stem, (text, *others))
+            os.replace(tmp / f"{stem}.so", target)
+        finally:
+            with _LOCK:
+                _RUNNING.pop(tmp, None)
+            shutil.rmtree(tmp, ignore_errors=True)
     numba_folder = cache.cache_dir()
     if numba_folder is not None and folder == numba_folder.parent / "c":
         cache.wrote(numba_folder)  # (the size limit counts both)
     return target
 
 
-def _run(command: list[str], name: str) -> None:
+def _compiled(command: list[str], options: tuple[str, ...], tmp: Path, stem: str, texts: tuple[str, ...]) -> None:
+    """``tmp/stem.so`` built from the C files ``texts`` (written into ``tmp``): one at once, or each an
+    object of its own, all compiled at once (the machine's cores), then linked."""
+    sources = [tmp / f"{stem}{'' if k == 0 else f'_{k}'}.c" for k in range(len(texts))]
+    for source, content in zip(sources, texts, strict=True):
+        source.write_text(content, encoding="utf-8")
+    built = tmp / f"{stem}.so"
+    if len(sources) == 1:
+        _run([[*command, *options, "-o", str(built), str(sources[0]), "-lm"]], [sources[0].name], tmp)
+        return
+    compile_only = [o for o in options if o != "-shared"]
+    _run([[*command, *compile_only, "-c", "-o", str(c.with_suffix(".o")), str(c)] for c in sources],
+         [c.name for c in sources], tmp)
+    _run([[*command, "-shared", "-o", str(built), *(str(c.with_suffix(".o")) for c in sources), "-lm"]],
+         [f"{stem}.so"], tmp)
+
+
+def _run(commands: list[list[str]], names: list[str], folder: Path) -> None:
+    """Run the compiler ``commands`` at once (writing in ``folder``), or raise CompilerError."""
+    processes: list[subprocess.Popen] = []
     try:
-        run = subprocess.run(command, capture_output=True, text=True, check=False, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise CompilerError(f"{command[0]} took over {TIMEOUT} s on symgrad's generated C ({name})") from None
-    if run.returncode != 0:
-        said = " ".join((run.stderr or run.stdout).split())[:400] or "no message"
-        raise CompilerError(f"{command[0]} failed (exit status {run.returncode}) on symgrad's generated C "
-                            f"({name}): {said}")
+        with _LOCK:
+            if _EXITING.is_set():
+                raise CompilerError("the interpreter is exiting")
+            _RUNNING[folder] = processes  # (killed at exit)
+            for command in commands:
+                processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                  text=True, start_new_session=True))  # (_kill: its cc1 too)
+        for command, name, process in zip(commands, names, processes, strict=True):
+            try:
+                said = process.communicate(timeout=TIMEOUT)[0]
+            except subprocess.TimeoutExpired:
+                raise CompilerError(f"{command[0]} took over {TIMEOUT} s on symgrad's generated C "
+                                    f"({name})") from None
+            if process.returncode != 0:
+                said = " ".join(said.split())[:400] or "no message"
+                raise CompilerError(f"{command[0]} failed (exit status {process.returncode}) on symgrad's "
+                                    f"generated C ({name}): {said}")
+    finally:
+        for process in processes:  # (after a failure: the others too)
+            if process.poll() is None:
+                _kill(process)
+                process.communicate()
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """Kill a compiler and what it started (gcc's cc1 and as: killing gcc alone leaves them running)."""
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+@atexit.register
+def _stop_builds() -> None:
+    """At exit: no new compiler, those under way killed, their folders removed (a tier built in the
+    background is not waited for: nobody would call it)."""
+    with _LOCK:
+        _EXITING.set()
+        running = {folder: list(processes) for folder, processes in _RUNNING.items()}
+    for folder, processes in running.items():
+        for process in processes:
+            _kill(process)
+            with contextlib.suppress(OSError):
+                process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def exiting() -> bool:
+    """Whether the interpreter is exiting (a build then fails quietly: nobody waits for it).
+
+    >>> exiting()
+    False
+    """
+    return _EXITING.is_set()
 
 
 def has_room() -> bool:
@@ -255,14 +334,14 @@ def has_room() -> bool:
     return len(_OPENED) < cache.max_programs()
 
 
-def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
-    """The loaded shared object of ``build(text, stem, others)``; a cached one that does not load (cut short,
-    say) is built again once; CompilerError where it still does not (a cache directory mounted noexec).
+def load(text: str, stem: str, others: Sequence[str] = (), quick: bool = False) -> ctypes.CDLL:
+    """The loaded shared object of ``build(text, stem, others, quick)``; a cached one that does not load (cut
+    short, say) is built again once; CompilerError where it still does not (a cache directory mounted noexec).
 
     >>> load("double one(void) { return 1.0; }", "doc").one is not None
     True
     """
-    target = build(text, stem, others)
+    target = build(text, stem, others, quick)
     _OPENED.add(target)
     try:
         return ctypes.CDLL(str(target))
@@ -270,7 +349,7 @@ def load(text: str, stem: str, others: Sequence[str] = ()) -> ctypes.CDLL:
         with contextlib.suppress(OSError):
             target.unlink()
     try:
-        return ctypes.CDLL(str(build(text, stem, others)))
+        return ctypes.CDLL(str(build(text, stem, others, quick)))
     except OSError as e:
         raise CompilerError(f"the C compiler's shared object does not load ({e}): a cache directory mounted "
                             "noexec? ($SYMGRAD_CACHE_DIR)") from None
@@ -300,14 +379,15 @@ def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     kernel, pieces = c_loops.loop_c_pieces(parts, min(os.cpu_count() or 1, 8), blas=True)
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
-    return _kernels(text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
+    made = functools.partial(_kernels, text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
+    return dataclasses.replace(made(), quick=made(quick=True)) if long(text, pieces) else made()
 
 
 def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None,
-             others: Sequence[str] = ()) -> Kernels:
+             others: Sequence[str] = (), quick: bool = False) -> Kernels:
     """point / batch / total over the C file ``text``: a straight-line program's, or (``scratch``: the floats
     and integers of workspace each call takes) a loop kernel's, whose calls also take a status (an index
-    out of bounds raises IndexError, as the Numba loops)."""
+    out of bounds raises IndexError, as the Numba loops); ``quick``: built as ``build`` says."""
     nx, n_p, nout, value = sizes
     extra = (_c, _c, _c) if scratch is not None else ()
 
@@ -315,7 +395,7 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
     def library() -> Any:
         if "sg_set_blas" in text:
             c_blas.prefetch()
-        lib = load(text, stem, others)
+        lib = load(text, stem, others, quick)
         if not hasattr(lib, "sg_point"):
             raise CompilerError(f"{compiler()[0]} built C without its names (sg_point): a C++ compiler? Set $CC "
                                 "to a C compiler")

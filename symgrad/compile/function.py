@@ -45,7 +45,9 @@ TIERED = True
 
 _EMPTY = np.empty(0)
 _TIMED = object()  # (a Compiled's sample where no tier is to come: none kept)
-TIMED_CALLS, TIMING_SECONDS = 5, 0.2  # a tier's kernels timed on a sampled call: 2 to 5 calls each, ~0.2 s
+# A tier's kernels timed on a sampled call: 2 to 50 calls each, alternating, for ~0.2 s (the best of
+# five could pick the slower tier on a busy machine: llsq's gradient kept Numba's 8.9 ms over C's 3.4 ms).
+TIMED_CALLS, TIMING_SECONDS = 50, 0.2
 _empty = np.empty
 _ndarray, _F64 = np.ndarray, np.dtype(np.float64)
 # Rows per thread below which a batch or sum runs on the calling thread alone.
@@ -453,10 +455,10 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
 
 def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
     """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
-    where they are compiled, else the C compiler's, in a fraction of a second), then the C compiler's
-    and Numba's as each is ready: all with the same bits (the C loops call fastmath's exp and log as
-    Numba's do, and BLAS as Numba calls it). A C compiler that fails (or whose objects do not
-    load) is warned of once and not used again in this process."""
+    where they are compiled, else the C compiler's, in a fraction of a second; a long kernel's first built
+    without the vectoriser), then the C compiler's and Numba's as each is ready: all with the same bits
+    (the C loops call fastmath's exp and log as Numba's do, and BLAS as Numba calls it). A C compiler
+    that fails (or whose objects do not load) is warned of once and not used again in this process."""
     c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available() and c_backend.has_room()
     translated = tiers.c_kernels(program) if c else None  # (parsed here, built on a worker)
     numba_tier = [("numba", lambda: program.kernels("numba"))] if tiers.NUMBA_TIER else []
@@ -465,8 +467,11 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
         first = [("c", lambda: tiers.c_built(translated))] if translated is not None else []
         return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, *numba_tier)
     if translated is not None:
+        quick = translated.quick  # (a long kernel: built without the vectoriser first, then with it)
+        later = [("c", lambda: tiers.c_built(translated))] if quick else []
         try:
-            return Compiled(program, tiers.c_built(translated), shape, pattern)._upgrade(*numba_tier)
+            first = tiers.c_built(quick or translated)
+            return Compiled(program, first, shape, pattern)._upgrade(*later, *numba_tier)
         except c_backend.CompilerError:
             pass  # (warned)
     return _from_program(program, "numba" if numba_tier else "vm", shape, pattern, None)

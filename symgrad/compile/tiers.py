@@ -116,7 +116,7 @@ def c_built(kernels: Kernels) -> Kernels:
         kernels.kernel("point")
         return kernels
     except c_backend.CompilerError as e:
-        if not C_FAILED:
+        if not C_FAILED and not c_backend.exiting():
             C_FAILED.append(str(e))
             instead = "Numba" if NUMBA_TIER else "the loop VM"
             warnings.warn(f"symgrad: {e}; compiled code comes from {instead} instead (in this process)",
