@@ -51,10 +51,12 @@ FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-buil
 NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off")
 # Kernels longer than this (lines of C, all files) are built at -O1: on an LSTM gradient's 8500 lines gcc
 # spends 4.5 s of CPU at -O2, 2.6 s at -O1 (both files at once on two cores: 2.4 -> 1.8 s), and its calls
-# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction). Under
-# "auto" they are built first without the vectoriser (QUICK_LEAVES_OUT: 0.63 -> 0.38 s a file, calls 10%
-# slower there, 3x on an ODE's loops), then with it on a background thread.
+# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction).
 LONG_LINES = 4000
+# Under "auto" loop kernels longer than this are built first quickly, at -O1 without the vectoriser
+# (QUICK_LEAVES_OUT; the LSTM gradient's files 0.63 -> 0.38 s each, GMM's 0.25 -> 0.12 s; calls 10% slower
+# there, 3x on an ODE's loops), then in full on a background thread.
+QUICK_LINES = 500
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 _LOCK = threading.Lock()  # guards _BUILDS and _EXITING
@@ -202,26 +204,25 @@ def _private() -> Path:
     return folder
 
 
-def long(text: str, others: Sequence[str] = ()) -> bool:
-    """Whether the C files ``text`` and ``others`` are long (LONG_LINES): built at -O1, and first
-    without the vectoriser under "auto".
+def lines(text: str, others: Sequence[str] = ()) -> int:
+    """The lines of the C files ``text`` and ``others`` (LONG_LINES, QUICK_LINES).
 
-    >>> long("double one(void) { return 1.0; }")
-    False
+    >>> lines("double one(void);\\n", ["double one(void) { return 1.0; }\\n"])
+    2
     """
-    return sum(t.count("\n") for t in (text, *others)) > LONG_LINES
+    return sum(t.count("\n") for t in (text, *others))
 
 
 def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False) -> Path:
     """The shared object of the C file ``text`` and any ``others`` it calls (compiled now, at once on
     this machine's cores, and linked; or found built from the same texts and compiler before);
-    ``quick``: a long file's without the vectoriser (a first tier, sooner).
+    ``quick``: at -O1 without the vectoriser (a first tier, sooner).
 
     >>> build("double one(void) { return 1.0; }", "doc").suffix
     '.so'
     """
     version, command, options = compiler()[1], _command(), flags()
-    if long(text, others):
+    if quick or lines(text, others) > LONG_LINES:
         options = tuple("-O1" if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
     host = _host() if "-march=native" in options else ""
     key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
@@ -380,7 +381,7 @@ def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
     made = functools.partial(_kernels, text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
-    return dataclasses.replace(made(), quick=made(quick=True)) if long(text, pieces) else made()
+    return dataclasses.replace(made(), quick=made(quick=True)) if lines(text, pieces) > QUICK_LINES else made()
 
 
 def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None,

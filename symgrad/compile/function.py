@@ -456,7 +456,7 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
 def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
     """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
     where they are compiled, else the C compiler's, in a fraction of a second; a long kernel's first built
-    without the vectoriser), then the C compiler's and Numba's as each is ready: all with the same bits
+    quickly: c_backend.QUICK_LINES), then the C compiler's and Numba's as each is ready: all with the same bits
     (the C loops call fastmath's exp and log as Numba's do, and BLAS as Numba calls it). A C compiler
     that fails (or whose objects do not load) is warned of once and not used again in this process."""
     c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available() and c_backend.has_room()
@@ -467,7 +467,7 @@ def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compil
         first = [("c", lambda: tiers.c_built(translated))] if translated is not None else []
         return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, *numba_tier)
     if translated is not None:
-        quick = translated.quick  # (a long kernel: built without the vectoriser first, then with it)
+        quick = translated.quick  # (a long kernel: built quickly first, then in full)
         later = [("c", lambda: tiers.c_built(translated))] if quick else []
         try:
             first = tiers.c_built(quick or translated)
