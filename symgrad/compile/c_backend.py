@@ -51,12 +51,11 @@ FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-buil
 NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off")
 # Kernels longer than this (lines of C, all files) are built at -O1: on an LSTM gradient's 8500 lines gcc
 # spends 4.5 s of CPU at -O2, 2.6 s at -O1 (both files at once on two cores: 2.4 -> 1.8 s), and its calls
-# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction).
+# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction). Under
+# "auto" their loops are built first without the vectoriser (QUICK_LEAVES_OUT: the LSTM gradient's files
+# 0.63 -> 0.38 s each, its calls 10% slower), then in full on a background thread. (Not shorter ones: an ODE
+# gradient's 1500 lines build 0.14 -> 0.08 s, and run 3x slower.)
 LONG_LINES = 4000
-# Under "auto" loop kernels longer than this are built first quickly, at -O1 without the vectoriser
-# (QUICK_LEAVES_OUT; the LSTM gradient's files 0.63 -> 0.38 s each, GMM's 0.25 -> 0.12 s; calls 10% slower
-# there, 3x on an ODE's loops), then in full on a background thread.
-QUICK_LINES = 500
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 _LOCK = threading.Lock()  # guards _BUILDS and _EXITING
@@ -205,7 +204,7 @@ def _private() -> Path:
 
 
 def lines(text: str, others: Sequence[str] = ()) -> int:
-    """The lines of the C files ``text`` and ``others`` (LONG_LINES, QUICK_LINES).
+    """The lines of the C files ``text`` and ``others`` (LONG_LINES).
 
     >>> lines("double one(void);\\n", ["double one(void) { return 1.0; }\\n"])
     2
@@ -381,7 +380,7 @@ def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
     made = functools.partial(_kernels, text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
-    return dataclasses.replace(made(), quick=made(quick=True)) if lines(text, pieces) > QUICK_LINES else made()
+    return dataclasses.replace(made(), quick=made(quick=True)) if lines(text, pieces) > LONG_LINES else made()
 
 
 def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None,

@@ -13,7 +13,8 @@ import math
 import os
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numba
@@ -166,15 +167,18 @@ class Compiled:
     def _upgrade(self, *made: tuple[str, Any]) -> Compiled:
         """Run on the kernels each ``make()`` of ``made`` ((backend, make) pairs, slower to faster)
         returns once a background thread has made them (unless dropped before its turn:
-        ``drop_background_compiles``). The C compiler's tier runs on a thread of its own, beside
-        Numba's (a subprocess: the two compile at once where the machine has cores); a tier never
+        ``drop_background_compiles``). Each backend's tiers run on a thread of its own, a tier starting
+        once the one before it is in (Numba's compile beside gcc's took the cores the C kernels, sooner
+        in, were waiting for: an LSTM gradient's 1.8 s after its first result, not 0.9); a tier never
         replaces a faster one that came in first."""
         self._auto = True
         if not made:
             return self
         generation = tiers.GENERATION[0]
 
-        def swap(rank: int, backend: str, make: Any) -> bool:
+        def swap(rank: int, backend: str, make: Any, before: Future | None) -> bool:
+            if before is not None:
+                futures.wait([before])
             if tiers.GENERATION[0] != generation:  # (dropped: nobody will use it; it runs on the VM)
                 return False
             if backend != "c":  # (Numba's compile holds the GIL; the C compiler runs in its own process)
@@ -198,16 +202,17 @@ class Compiled:
                 self._point = point
             return True
 
-        def last(rank: int, backend: str, make: Any) -> bool:
+        def last(rank: int, backend: str, make: Any, before: Future | None) -> bool:
             try:
-                return swap(rank, backend, make)
+                return swap(rank, backend, make, before)
             finally:
                 self._sample = _TIMED  # (no call's arguments kept past the last tier)
 
         self._sample = None
-        steps = [swap] * (len(made) - 1) + [last]
-        self._tiers = [(backend, tiers.worker(backend).submit(step, rank, backend, make))
-                       for rank, (step, (backend, make)) in enumerate(zip(steps, made, strict=True))]
+        steps, self._tiers = [swap] * (len(made) - 1) + [last], []
+        for rank, (step, (backend, make)) in enumerate(zip(steps, made, strict=True)):
+            before = self._tiers[-1][1] if self._tiers else None
+            self._tiers.append((backend, tiers.worker(backend).submit(step, rank, backend, make, before)))
         self._final = self._tiers[-1][1]
         return self
 
@@ -456,7 +461,7 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
 def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
     """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
     where they are compiled, else the C compiler's, in a fraction of a second; a long kernel's first built
-    quickly: c_backend.QUICK_LINES), then the C compiler's and Numba's as each is ready: all with the same bits
+    quickly: c_backend.LONG_LINES), then the C compiler's and Numba's as each is ready: all with the same bits
     (the C loops call fastmath's exp and log as Numba's do, and BLAS as Numba calls it). A C compiler
     that fails (or whose objects do not load) is warned of once and not used again in this process."""
     c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available() and c_backend.has_room()
