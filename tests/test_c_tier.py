@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.compile import c_backend, cache, loop_vm, tiers
+from symgrad.compile import c_backend, cache, kernels, loop_vm, tiers
 
 pytestmark = pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
 
@@ -272,6 +272,22 @@ def test_a_script_that_ends_while_a_tier_builds_stops_the_compiler_and_leaves_no
     state = Path(f"/proc/{pid}/status")
     assert not state.exists() or "\tZ" in state.read_text().splitlines()[2]  # (gone, or a zombie unreaped)
     assert [p.name for p in (tmp_path / "cache" / "c").iterdir() if p.is_dir()] == []
+
+
+def test_a_large_workspace_is_faulted_in_while_the_compiler_runs(first_on_c, monkeypatch):
+    """The first call's workspace (past FAULTED_MIN floats) is made during the build and kept as the calling
+    thread's spare: the first call takes it instead of faulting in new pages (0.25 -> 0.07 s, 103 MB)."""
+    monkeypatch.setattr(c_backend, "FAULTED_MIN", 0)
+    monkeypatch.setattr(kernels._spare, "work", None, raising=False)
+    had_spare, take = [], c_backend.take
+    monkeypatch.setattr(c_backend, "take", lambda n: had_spare.append(kernels._spare.work is not None) or take(n))
+    x, i, j = sg.array("x", 40), sg.index("i", 39), sg.index("j", 40)
+    salt = 1.0 + np.random.default_rng().random()  # (a program no cache holds)
+    t = sg.tensor(sg.exp(x[j]) * salt, j)  # (materialised: a workspace)
+    v = np.linspace(-1.0, 1.0, 40)
+    want = float(np.sum(np.exp(v[1:]) * np.exp(v[:-1]))) * salt ** 2
+    assert sg.compile(sg.sum(t[i + 1] * t[i], i), [x], backend="c")(v) == pytest.approx(want, rel=1e-14)
+    assert had_spare[:1] == [True]
 
 
 def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatch):

@@ -184,8 +184,9 @@ class Compiled:
             if backend != "c":  # (Numba's compile holds the GIL; the C compiler runs in its own process)
                 tiers.after_builds()
             try:
-                kernels = make()
-                point = kernels.kernel("point")
+                with c_backend.background():
+                    kernels = make()
+                    point = kernels.kernel("point")
             except c_backend.CompilerError:  # (warned once: tiers.c_kernels)
                 return False
             except Exception as e:  # (out of memory in LLVM, say): the loop VM goes on running it
