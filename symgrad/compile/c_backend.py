@@ -59,7 +59,7 @@ LONG_LINES = 4000
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 _LOCK = threading.Lock()  # guards _BUILDS and _EXITING
-_BUILDS: dict[Path, threading.Lock] = {}  # a lock per shared object: one thread builds it, others wait
+_BUILDS: dict[Path, threading.Lock] = {}  # a lock per object being built: one thread builds, others wait
 # The compilers under way and their folders: at exit, compilers are killed and folders removed (a daemon
 # thread building a tier is stopped mid-build; the folder's remover raced the compiler writing into it).
 _RUNNING: dict[Path, list[subprocess.Popen]] = {}
@@ -231,19 +231,23 @@ def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False)
     target = folder / f"{stem}-{key}.so"
     with _LOCK:
         lock = _BUILDS.setdefault(target, threading.Lock())
-    with lock:  # (not one lock for all: a background tier's build would hold up a new function's first)
-        if target.is_file() and not target.is_symlink():
-            with contextlib.suppress(OSError):
-                os.utime(target)  # (used: the cache's eviction goes by last use)
-            return target
-        tmp = Path(tempfile.mkdtemp(dir=folder))
-        try:
-            _compiled(command, options, tmp, stem, (text, *others))
-            os.replace(tmp / f"{stem}.so", target)
-        finally:
-            with _LOCK:
-                _RUNNING.pop(tmp, None)
-            shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with lock:  # (not one lock for all: a background tier's build would hold up a new function's first)
+            if target.is_file() and not target.is_symlink():
+                with contextlib.suppress(OSError):
+                    os.utime(target)  # (used: the cache's eviction goes by last use)
+                return target
+            tmp = Path(tempfile.mkdtemp(dir=folder))
+            try:
+                _compiled(command, options, tmp, stem, (text, *others))
+                os.replace(tmp / f"{stem}.so", target)
+            finally:
+                with _LOCK:
+                    _RUNNING.pop(tmp, None)
+                shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        with _LOCK:
+            _BUILDS.pop(target, None)  # (one waiting on it finds the object built: none is kept)
     numba_folder = cache.cache_dir()
     if numba_folder is not None and folder == numba_folder.parent / "c":
         cache.wrote(numba_folder)  # (the size limit counts both)
