@@ -7,6 +7,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,21 @@ def test_the_c_objects_count_toward_the_cache_size(first_on_c, tmp_path):
     assert objects and folder is not None
     cache.evict(folder, 0)
     assert not list((tmp_path / "c").glob("*.so"))
+
+
+def test_a_build_folder_left_behind_by_a_killed_process_is_removed_by_the_next_eviction(first_on_c, tmp_path):
+    """SIGTERM runs no exit hook: a build's folder stays in c/ until an eviction pass finds it stale (one
+    under way in another process, recent, stays)."""
+    f, x, _, _ = _fresh()
+    sg.value_and_grad(f, [x])
+    stale, fresh = tmp_path / "c" / "build-stale", tmp_path / "c" / "build-fresh"
+    for folder in (stale, fresh):
+        folder.mkdir()
+        (folder / "k.c").write_text("double k(void) { return 1.0; }\n")
+    old = time.time() - cache.STALE_BUILD - 60
+    os.utime(stale, (old, old))
+    cache.evict(cache.cache_dir(), 1 << 40)
+    assert not stale.exists() and fresh.exists() and list((tmp_path / "c").glob("*.so"))
 
 
 def test_cc_may_carry_arguments(monkeypatch):

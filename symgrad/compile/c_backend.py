@@ -237,7 +237,7 @@ def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False)
                 with contextlib.suppress(OSError):
                     os.utime(target)  # (used: the cache's eviction goes by last use)
                 return target
-            tmp = Path(tempfile.mkdtemp(dir=folder))
+            tmp = Path(tempfile.mkdtemp(prefix="build-", dir=folder))  # (cache.STALE_BUILD: one left behind goes)
             try:
                 _compiled(command, options, tmp, stem, (text, *others))
                 os.replace(tmp / f"{stem}.so", target)

@@ -19,16 +19,18 @@ Numba in one process; ``has_room`` tells the caller when to use the VM instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
 import stat
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -64,6 +66,7 @@ _COMPILING: dict[str, threading.RLock] = {}  # a module's name -> held while one
 DEFAULT_SIZE = 256 * 2**20
 DEFAULT_MAX_PROGRAMS = 256
 _EVICT_EVERY = 32  # new entries written by this process between two eviction passes
+STALE_BUILD = 3600  # seconds past which a C build folder left behind is removed (a build times out at 600)
 
 
 def _after_fork() -> None:
@@ -288,7 +291,7 @@ def wrote(folder: Path) -> None:
         evict(folder, size_limit())
 
 
-@contextmanager
+@contextlib.contextmanager
 def _registered(mod: ModuleType) -> Iterator[None]:
     """Numba finds a function's module through sys.modules while it compiles or loads
     from its cache; the entry is there only then, so that sys.modules does not grow."""
@@ -436,6 +439,8 @@ def evict(folder: Path, limit: int) -> int:
 def _evict(folder: Path, limit: int) -> int:
     entries: dict[str, list] = {}  # program name -> [last used, bytes, files]
     objects = folder.parent.glob("c/*.so") if folder.name.startswith("numba-") else ()  # (c_backend's)
+    if folder.name.startswith("numba-"):
+        _drop_stale_builds(folder.parent / "c")
     for path in (*folder.glob("*.py"), *folder.glob("__pycache__/*"), *objects):
         try:
             st = path.lstat()
@@ -458,3 +463,13 @@ def _evict(folder: Path, limit: int) -> int:
         freed += size
     return freed
 
+
+
+def _drop_stale_builds(folder: Path) -> None:
+    """Remove C build folders (``build-*``) untouched for ``STALE_BUILD`` seconds: their process was killed
+    mid-build (SIGTERM runs no exit hook) and nobody else would remove them."""
+    now = time.time()
+    for path in folder.glob("build-*"):
+        with contextlib.suppress(OSError):
+            if now - path.lstat().st_mtime > STALE_BUILD:
+                shutil.rmtree(path, ignore_errors=True)
