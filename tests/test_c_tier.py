@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,20 @@ def test_a_build_folder_left_behind_by_a_killed_process_is_removed_by_the_next_e
     os.utime(stale, (old, old))
     cache.evict(cache.cache_dir(), 1 << 40)
     assert not stale.exists() and fresh.exists() and list((tmp_path / "c").glob("*.so"))
+
+
+def test_a_cc_that_is_not_found_is_warned_of_once(first_on_c, monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/gcc-13")
+    c_backend._compiler.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="/nonexistent/gcc-13"):
+            f, x, v, want = _fresh()
+            assert sg.value_and_grad(f, [x])(v)[0] == pytest.approx(want, rel=1e-14)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not c_backend.available()
+    finally:
+        c_backend._compiler.cache_clear()
 
 
 def test_cc_may_carry_arguments(monkeypatch):
@@ -315,6 +330,7 @@ def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatc
     assert not c_backend.has_room() and sg.compile(x * (salt + 1), [x]).backend != "c"
 
 
+@pytest.mark.filterwarnings("ignore:.*no-such-cc:RuntimeWarning")  # (warned: $CC names no compiler)
 def test_the_c_kernels_write_only_writable_buffers_and_take_subclasses(first_on_c, tmp_path, monkeypatch):
     """A read-only out= is refused as on Numba's kernels (not written: it may be a bytes object's memory); a
     memmap is an array; a function tiered without a tier to come still pickles as "auto" (no compiler where

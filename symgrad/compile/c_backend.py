@@ -98,7 +98,9 @@ def available() -> bool:
     """
     try:
         compiler()
-    except CompilerError:
+    except CompilerError as e:
+        if os.environ.get("CC"):  # (asked for by name: worth a word; no compiler at all is a quiet fallback)
+            cache.warn_once(f"CC={os.environ['CC']}", f"{e}; the C tier is left out")
         return False
     return True
 

@@ -6,7 +6,6 @@ numba, python; loop_vm.py: vm).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from symgrad.expr.dot import to_dot
 from symgrad.expr.node import Expr, intern
 from symgrad.expr.ops import OPS
 from symgrad.expr.traverse import topo_order
+from symgrad.util.cached import cached_property
 
 _ZERO = intern(OPS["const"], (), 0.0)
 
@@ -64,13 +64,13 @@ class LoopProgram:
         n_out = sum(math.prod(r.shape) for r in roots[returns_value:])
         return cls(tuple(roots), Layout(inputs), Layout(params), n_out, returns_value)
 
-    @functools.cached_property
+    @cached_property
     def parts(self) -> KernelParts:
         """The loop kernel's lines, from which its Numba module and its C are made."""
         outputs = list(self.roots) if self.returns_value else [_ZERO, *self.roots]
         return parts(outputs, self.inputs.exprs, self.params.exprs)
 
-    @functools.cached_property
+    @cached_property
     def source(self) -> str:
         """The generated Numba module: the loop kernel and its point / batch / total entries."""
         return module(self.parts)
@@ -84,7 +84,7 @@ class LoopProgram:
     def key(self) -> str:
         return hashlib.blake2b(self.source.encode(), digest_size=12).hexdigest()
 
-    @functools.cached_property
+    @cached_property
     def library(self) -> frozenset[str]:
         """The fastmath functions the compiled loops call from the C library (see _library_where_scalar):
         the loop VM calls the same, so both give the same bits."""

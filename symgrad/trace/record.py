@@ -31,6 +31,7 @@ from symgrad.trace.signature import (
     tangent_of,
 )
 from symgrad.util import pytree
+from symgrad.util.cached import cached_property
 
 if TYPE_CHECKING:
     from symgrad.trace.function import Function
@@ -308,7 +309,7 @@ class Trace:
             return self._structure(_pieces(flat, self.blocks))
         return self._structure([cut(flat) for cut in self._cuts])
 
-    @functools.cached_property
+    @cached_property
     def _cuts(self) -> list:
         """For each block, what takes it out of numeric flat outputs (computed once: each call uses them)."""
         cuts, lo = [], 0
@@ -344,7 +345,7 @@ class Trace:
         shapes = self.slots[key].shapes
         return str(shapes[0]) if self.slots[key].treedef is pytree.LEAF else f"a pytree of {len(shapes)} leaves"
 
-    @functools.cached_property
+    @cached_property
     def compiled(self) -> compiled.Compiled:
         """The compiled kernel of the flat outputs (built on first use: nested traces never compile)."""
         return compiled.compile(self.flat if isinstance(self.flat, SparseExprs) else object_array(
