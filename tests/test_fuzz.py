@@ -277,6 +277,22 @@ def test_fuzz_c_loops():
 
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
+def test_fuzz_c_loops_built_quickly(monkeypatch):
+    """Programs on the C loops as a long kernel's first tier builds them (-O1, no vectoriser: the first
+    kernels of an LSTM gradient under "auto"), against the interpreter."""
+    from symgrad.compile import c_backend
+
+    quick, build = [], c_backend.build
+    monkeypatch.setattr(c_backend, "build", lambda text, stem, others=(), q=False: quick.append(1) or build(
+        text, stem, others, True))
+    stats: dict = {}
+    found = fuzz.run(programs=12, seed=43, backends=("python", "c"), extras_every=4, element_every=0,
+                     minimise_seconds=10, stats=stats)
+    assert quick and stats.get("ok", 0) > 8, (len(quick), stats)
+    assert not found, _report(found)
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
 def test_fuzz_products_through_blas_on_the_c_loops_and_the_vm(monkeypatch):
     """Products of every size calling BLAS (``plan.BLAS_MIN`` lowered from 4096 multiply-adds, which the
     fuzzer's small arrays never reach): the C loops' products (c_blas.py, gemm / gemv / dot as Numba calls

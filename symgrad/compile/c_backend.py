@@ -249,7 +249,8 @@ def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False)
                 shutil.rmtree(tmp, ignore_errors=True)
     finally:
         with _LOCK:
-            _BUILDS.pop(target, None)  # (one waiting on it finds the object built: none is kept)
+            if _BUILDS.get(target) is lock:  # (one waiting on it finds the object built: none is kept)
+                del _BUILDS[target]
     numba_folder = cache.cache_dir()
     if numba_folder is not None and folder == numba_folder.parent / "c":
         cache.wrote(numba_folder)  # (the size limit counts both)

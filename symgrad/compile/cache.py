@@ -438,8 +438,9 @@ def evict(folder: Path, limit: int) -> int:
 
 def _evict(folder: Path, limit: int) -> int:
     entries: dict[str, list] = {}  # program name -> [last used, bytes, files]
-    objects = folder.parent.glob("c/*.so") if folder.name.startswith("numba-") else ()  # (c_backend's)
-    if folder.name.startswith("numba-"):
+    objects: Any = ()
+    if folder.name.startswith("numba-"):  # (c_backend's objects and build folders beside it)
+        objects = folder.parent.glob("c/*.so")
         _drop_stale_builds(folder.parent / "c")
     for path in (*folder.glob("*.py"), *folder.glob("__pycache__/*"), *objects):
         try:
@@ -462,7 +463,6 @@ def _evict(folder: Path, limit: int) -> int:
                 pass
         freed += size
     return freed
-
 
 
 def _drop_stale_builds(folder: Path) -> None:

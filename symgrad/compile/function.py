@@ -13,8 +13,7 @@ import math
 import os
 import time
 import warnings
-from concurrent import futures
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numba
@@ -178,7 +177,7 @@ class Compiled:
 
         def swap(rank: int, backend: str, make: Any, before: Future | None) -> bool:
             if before is not None:
-                futures.wait([before])
+                wait([before])
             if tiers.GENERATION[0] != generation:  # (dropped: nobody will use it; it runs on the VM)
                 return False
             if backend != "c":  # (Numba's compile holds the GIL; the C compiler runs in its own process)

@@ -137,8 +137,9 @@ def give(work: np.ndarray) -> None:
 
 def faulted(size: int) -> Callable[[], None]:
     """Start a new workspace of ``size`` floats having its pages faulted in on a thread of its own (while
-    the compiler runs: an LSTM gradient's 103 MB took its first call 0.07 -> 0.25 s here, a page fault per
-    4 KiB); the call returned, on the thread about to run the kernels, keeps it as that thread's spare.
+    the compiler runs: an LSTM gradient's 103 MB, a page fault per 4 KiB, made its first call 0.25 s where it
+    takes 0.07 s with the pages in); the call returned, on the thread about to run the kernels, keeps it
+    as that thread's spare.
 
     >>> keep = faulted(10); keep(); take(10).size >= 10
     True
