@@ -75,7 +75,7 @@ def test_a_program_prints_as_a_script_that_runs():
     (value, (reference, _)), ((vm_value, _),) = printed
     assert value == pytest.approx(reference) == pytest.approx(vm_value)
     assert namespace["x"].shape == (64,) and "backend='vm'" in p.snippet("vm")
-    assert "limits.ROLLED_MIN = 10**9" in p.snippet("element")
+    assert "limits.ROLLED_MIN = limits.LONG_LOOP = 10**9" in p.snippet("element")
     assert "sg.hvp(f, argnums=0, backend='numba')" in p.snippet("hvp:numba")
 
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 import symgrad as sg
 from symgrad.expr.node import TracingError
+from symgrad.gradbench.namespaces import SG
+from symgrad.gradbench.ode import ode
 from symgrad.trace import limits
 
 RNG = np.random.default_rng(7)
@@ -128,6 +130,7 @@ def test_scan_gradients_match_the_element_trace(monkeypatch):
     theta, xs, ys = data()
     rolled = sg.value_and_grad(rnn_loss, argnums=(0, 1), backend="vm")(theta, xs, ys)
     monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)  # element by element: the scan a Python loop
+    monkeypatch.setattr(limits, "LONG_LOOP", 10**9)
     elements = sg.value_and_grad(rnn_loss, argnums=(0, 1), backend="vm")(theta, xs, ys)
     assert rolled[0] == pytest.approx(elements[0], rel=1e-13)
     for a, b in zip(rolled[1], elements[1]):
@@ -285,6 +288,7 @@ def test_hessians_through_a_scan_over_broadcast_rows_are_rolled_and_right(monkey
         warnings.simplefilter("error")
         got = [sg.hessian(fn, backend="vm")(x) for fn in fns]
     monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "LONG_LOOP", 10**9)
     for H, fn in zip(got, fns):
         want = sg.hessian(fn, backend="python")(x)
         np.testing.assert_allclose(H, want, rtol=1e-12, atol=1e-12 * np.abs(H).max())
@@ -304,6 +308,7 @@ def test_hessian_of_a_scan_read_through_a_table_and_at_one_row(monkeypatch):
     S, y, k = P + P.T, L @ x, np.eye(STEPS)[STEPS - 2]
     want = L.T @ (S * y[-2] + np.outer(S @ y, k) + np.outer(k, S @ y)) @ L
     monkeypatch.setattr(limits, "ROLLED_MIN", 10**9)
+    monkeypatch.setattr(limits, "LONG_LOOP", 10**9)
     element = sg.hessian(f, backend="python")(x)
     for H in (*got, element):
         np.testing.assert_allclose(H, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
@@ -366,3 +371,64 @@ def test_outputs_read_a_stacked_carrys_rows_instead_of_computing_them_again():
     g = sg.grad(loss, backend="vm")(h0)
     np.testing.assert_allclose(g.ravel(), numeric_grad(lambda v: loop(v.reshape(2, 40)), h0.ravel()), rtol=1e-5,
                                atol=1e-6)
+
+
+def rk4(x, s):
+    """GradBench's ODE (RK4 to t = 2 in ``s`` steps), its state as small as x."""
+    return ode(SG, x, s)
+
+
+@pytest.mark.parametrize("transform", ["jit", "grad", "hessian"])
+def test_a_long_scan_over_a_small_state_is_traced_rolled(transform, monkeypatch):
+    """Arrays under ROLLED_MIN elements trace element by element, but a scan of LONG_LOOP steps or more
+    there would repeat its step's nodes per step (1000 RK4 steps over 10 elements: 10**6 lines of C):
+    the function is traced rolled instead, one loop. Its values are the element trace's."""
+    x, s = RNG.uniform(0.5, 1.5, size=4), 40
+    make = {"jit": lambda: sg.jit(lambda x: rk4(x, s), backend="vm"),
+            "grad": lambda: sg.grad(lambda x: rk4(x, s)[-1], backend="vm"),
+            "hessian": lambda: sg.hessian(lambda x: rk4(x, s)[-1], backend="vm")}[transform]
+    f = make()
+    got = f(x)
+    line = f.explain().splitlines()[1]
+    assert line.startswith("  x: (4,) -> rolled (whole arrays: loops), for a loop of 40 steps"), line
+    assert f._last.indexed
+    monkeypatch.setattr(limits, "LONG_LOOP", 10**9)
+    element = make()
+    want = element(x)
+    assert not element._last.indexed
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    closed = np.cumprod(x) * 2.0 ** np.arange(1, 5) / np.cumprod(np.arange(1, 5))  # y_i = prod x * t^(i+1)/(i+1)!
+    if transform == "jit":
+        np.testing.assert_allclose(got, closed, rtol=1e-6)
+
+
+def test_a_long_fori_loop_over_a_small_array_is_traced_rolled_and_short_ones_are_not(monkeypatch):
+    def f(x, n):
+        return np.sum(sg.fori_loop(0, n, lambda i, y: 0.5 * np.sin(y) * x + 0.3 * y[::-1], x) ** 2)
+
+    x = RNG.normal(size=5)
+    for n, indexed in ((limits.LONG_LOOP - 1, False), (limits.LONG_LOOP, True), (30, True)):
+        g = sg.grad(f, static_argnums=1, backend="vm")
+        got = g(x, n)
+        assert g._last.indexed == indexed
+        with monkeypatch.context() as m:
+            m.setattr(limits, "LONG_LOOP", 10**9)
+            np.testing.assert_allclose(got, sg.grad(f, static_argnums=1)(x, n), rtol=1e-12, atol=1e-15)
+        fd = numeric_grad(f, x, n)
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_long_scan_beside_code_without_a_rolled_form_stays_element_by_element():
+    """np.linalg.det has no rolled form: the rolled trace a long scan asks for fails, and the element
+    trace (its Python loop) is taken after all, quietly (the arrays are small: nothing to warn of)."""
+    def f(x):
+        y, _ = sg.scan(lambda c, _: (c * 0.9 + x, None), np.zeros(3), None, length=20)
+        return np.linalg.det(np.outer(x, x[::-1]) + np.eye(3)) + np.sum(y ** 2)
+
+    x = RNG.normal(size=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = sg.grad(f, backend="vm")
+        got = g(x)
+    assert not g._last.indexed and "element by element (arrays under" in g.explain()
+    np.testing.assert_allclose(got, numeric_grad(f, x), rtol=1e-7, atol=1e-9)

@@ -33,6 +33,7 @@ class Context(threading.local):
     floats_met = False  # whether a float number or array met a traced value (jit's int results then floats)
     stepping = False  # a scan's step is being traced on placeholders (its NumPy arrays meet scalars rolled)
     shadow: Any = None  # the outermost trace's guards.Shadow: conditions decided by its call's values
+    long_loop: int | None = None  # steps from which an element trace's loop asks for a rolled trace (``loop``)
 
     def __init__(self) -> None:
         self.rules: list = []  # the custom rules being traced (a function calling itself there gives its value)
@@ -184,3 +185,38 @@ def stepping() -> Iterator[None]:
 
 def stepping_now() -> bool:
     return context.stepping
+
+
+class LongLoop(BaseException):  # noqa: N818 (a signal, not an error)
+    """An element-by-element trace met a scan (or ``fori_loop``) of many steps: its Python loop would
+    repeat the step's nodes per step (an ODE's 1000 RK4 steps over a state of 10: 10**6 lines of C,
+    40 s to compile), where a rolled trace makes it one loop. Raised only inside ``rolling_long_loops``;
+    a BaseException, so that an ``except Exception`` in the traced code does not swallow it."""
+
+
+@contextmanager
+def rolling_long_loops(steps: int | None) -> Iterator[None]:
+    """While an element trace runs that could be traced rolled instead: a loop of at least ``steps`` steps
+    over traced values raises LongLoop (``loop``) rather than running; None (a nested trace's) lets it run.
+
+    >>> with rolling_long_loops(10):
+    ...     loop(3)
+    >>> with rolling_long_loops(10):
+    ...     loop(10)
+    Traceback (most recent call last):
+    ...
+    symgrad.expr.tracing.LongLoop: a loop of 10 steps
+    """
+    outer = context.long_loop
+    context.long_loop = steps
+    try:
+        yield
+    finally:
+        context.long_loop = outer
+
+
+def loop(steps: int) -> None:
+    """Before a scan runs as a Python loop of ``steps`` steps on traced values: LongLoop where
+    ``rolling_long_loops`` says a rolled trace should take it instead."""
+    if context.long_loop is not None and steps >= context.long_loop:
+        raise LongLoop(f"a loop of {steps} steps")

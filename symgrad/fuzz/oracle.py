@@ -40,18 +40,19 @@ def _unsupported(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def element_trace() -> Iterator[None]:
-    """Trace arrays element by element whatever their size (``limits.ROLLED_MIN`` raised while inside).
+    """Trace arrays element by element whatever their size and however long their loops (``limits.ROLLED_MIN``
+    and ``limits.LONG_LOOP`` raised while inside).
 
     >>> with element_trace():
     ...     sg.value_and_grad(lambda x: np.sum(x ** 2), backend="python").trace(np.ones(100)).indexed
     False
     """
-    old = limits.ROLLED_MIN
-    limits.ROLLED_MIN = sys.maxsize
+    old = limits.ROLLED_MIN, limits.LONG_LOOP
+    limits.ROLLED_MIN = limits.LONG_LOOP = sys.maxsize
     try:
         yield
     finally:
-        limits.ROLLED_MIN = old
+        limits.ROLLED_MIN, limits.LONG_LOOP = old
 
 
 def _error(e: BaseException) -> str:

@@ -101,7 +101,8 @@ class Program:
                 "jacobian": f"sg.jacobian(f_vec, argnums={k}, backend={backend!r})({args})  # f without np.sum",
                 "vmap": f"sg.vmap(sg.grad(f, backend={backend!r}), backend={backend!r})(np.stack([{args}] * 3))"}
         if probe == "element":
-            lines += ["from symgrad.trace import limits", "limits.ROLLED_MIN = 10**9  # traced element by element"]
+            lines += ["from symgrad.trace import limits",
+                      "limits.ROLLED_MIN = limits.LONG_LOOP = 10**9  # traced element by element"]
         if probe in ("element", "vm", "numba"):
             lines.append(f"print(sg.value_and_grad(f, argnums={argnums}, backend={backend!r})({args}))")
         elif kind in call:

@@ -122,6 +122,7 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
             return carry
         except (TracingError, IndexError, TypeError):  # i used as a Python int (an index of an object array,
             pass  # a shape): the loop below, where it is one (an error there is the body's own)
+        tracing.loop(upper - lower)
     val = init_val
     for i in range(lower, upper):
         val = body_fun(i, val)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import types
@@ -13,7 +14,7 @@ import numpy as np
 
 from symgrad.compile import function as compiled
 from symgrad.compile import tiers
-from symgrad.expr import ndarrays
+from symgrad.expr import ndarrays, tracing
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.printing import format as format_exprs
 from symgrad.expr.tracing import context
@@ -262,6 +263,15 @@ class Function:
                 t.fallback = why
                 self._note(why, args, kwargs)
                 return t
+        if self.rule.rolled and not self.sparse:
+            try:
+                with tracing.rolling_long_loops(limits.LONG_LOOP):
+                    return traced(lambda: Trace(self, args, kwargs))
+            except tracing.LongLoop as e:  # rolled, where it can be: one loop, not the step's nodes per step
+                with contextlib.suppress(TracingError, NotImplementedError, TypeError):
+                    t = traced(lambda: Trace(self, args, kwargs, indexed=True))
+                    t.rolled_for = str(e)
+                    return t
         return traced(lambda: Trace(self, args, kwargs))
 
     def _note(self, why: str, args: tuple, kwargs: dict) -> None:

@@ -193,6 +193,7 @@ class Trace:
         self._single = len(self.wrt_keys) == 1 and self.wrt_keys[0] in self._plain
 
     fallback: str | None = None  # why a rolled trace failed, where this one went element by element
+    rolled_for: str | None = None  # why arrays under ROLLED_MIN elements were traced rolled (a long loop)
 
     def stale(self) -> bool:
         """Whether a value fn captured (a global, a closure cell, an attribute, an array's contents)
@@ -326,7 +327,7 @@ class Trace:
         """One line: the arguments' shapes, the path the trace took (and why), its size, the program."""
         shapes = ", ".join(f"{name}: {self._shapes(k)}" for name, k in zip(self.arguments, self.slots))
         if self.indexed:
-            path = "rolled (whole arrays: loops)"
+            path = "rolled (whole arrays: loops)" + (f", for {self.rolled_for}" if self.rolled_for else "")
         elif self.fallback is not None:
             path = f"element by element, because {self.fallback}"
         else:
