@@ -224,13 +224,8 @@ def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False)
     >>> build("double one(void) { return 1.0; }", "doc").suffix
     '.so'
     """
-    version, command, options = compiler()[1], _command(), flags()
-    if quick or lines(text, others) > LONG_LINES:
-        options = tuple("-O1" if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
-    host = _host() if "-march=native" in options else ""
-    key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
-    folder = _folder()
-    target = folder / f"{stem}-{key}.so"
+    command, options, target = _target(text, stem, others, quick)
+    folder = target.parent
     with _LOCK:
         lock = _BUILDS.setdefault(target, threading.Lock())
     try:
@@ -255,6 +250,31 @@ def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False)
     if numba_folder is not None and folder == numba_folder.parent / "c":
         cache.wrote(numba_folder)  # (the size limit counts both)
     return target
+
+
+def _target(text: str, stem: str, others: Sequence[str], quick: bool) -> tuple[list[str], tuple[str, ...], Path]:
+    """The compiler's command and options for ``build``, and the shared object it makes: named by all of them."""
+    version, command, options = compiler()[1], _command(), flags()
+    if quick or lines(text, others) > LONG_LINES:
+        options = tuple("-O1" if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
+    host = _host() if "-march=native" in options else ""
+    key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
+    return command, options, _folder() / f"{stem}-{key}.so"
+
+
+def built(text: str, stem: str, others: Sequence[str] = ()) -> bool:
+    """Whether ``build(text, stem, others)`` finds its shared object built before (no compiling).
+
+    >>> text = "double one(void) { return 1.0; }"
+    >>> _ = build(text, "doc")
+    >>> built(text, "doc"), built(text + " ", "doc")
+    (True, False)
+    """
+    try:
+        target = _target(text, stem, others, False)[2]
+    except CompilerError:
+        return False
+    return target.is_file() and not target.is_symlink()
 
 
 def _compiled(command: list[str], options: tuple[str, ...], tmp: Path, stem: str, texts: tuple[str, ...]) -> None:
@@ -478,4 +498,5 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
         call(library().sg_total, x.ctypes.data, P.ctypes.data, acc.ctypes.data, lo, hi, row.ctypes.data)
 
     variants = {"point": point, "batch": batch, "total": total}
-    return Kernels("c", lambda variant: (library(), variants[variant])[1], text)
+    return Kernels("c", lambda variant: (library(), variants[variant])[1], text,
+                   on_disk=lambda: not quick and built(text, stem, others))

@@ -445,8 +445,8 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
     """``program``'s Compiled on ``backend``, "auto" choosing (and tiering a loop program, or a short
     straight-line one)."""
     if backend == "auto" and isinstance(program, LoopProgram):
-        if TIERED and not numba_on_disk(program):
-            return _tiered(program, shape, pattern)
+        if TIERED:
+            return _tiered(program, shape, pattern, numba_on_disk(program))
         backend = "numba"
     elif backend == "auto" and len(program) <= AUTO_THRESHOLD:
         if TIERED:  # (even where Numba's kernels are on disk: a fresh process loads them in ~0.7 s, C's in ~0.01)
@@ -458,21 +458,27 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
     return _from_program(program, backend, shape, pattern, roots if needs_roots else None)
 
 
-def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None) -> Compiled:
-    """A loop program not in the disk cache under "auto": its first kernels at once (the loop VM's
-    where they are compiled, else the C compiler's, in a fraction of a second; a long kernel's first built
-    quickly: c_backend.LONG_LINES), then the C compiler's and Numba's as each is ready: all with the same bits
-    (the C loops call fastmath's exp and log as Numba's do, and BLAS as Numba calls it). A C compiler
-    that fails (or whose objects do not load) is warned of once and not used again in this process."""
+def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None, numba_ready: bool = False) -> Compiled:
+    """A loop program under "auto": its first kernels at once (the loop VM's where they are compiled, else
+    the C compiler's, in a fraction of a second; a long kernel's first built quickly: c_backend.LONG_LINES),
+    then the C compiler's and Numba's as each is ready: all with the same bits (the C loops call fastmath's
+    exp and log as Numba's do, and BLAS as Numba calls it). A C compiler that fails (or whose objects do
+    not load) is warned of once and not used again in this process. Where the disk cache holds Numba's
+    kernels (``numba_ready``) and not the C compiler's, Numba's; where it holds both, the C kernels at once
+    and Numba's only if a timed call finds them faster, as when both were compiled (k-means' Hessian
+    diagonal: 6.9 ms a call on the C kernels, 14 on Numba's, which a second process took from the disk)."""
     c = tiers.C_TIER and not tiers.C_FAILED and c_backend.available() and c_backend.has_room()
     translated = tiers.c_kernels(program) if c else None  # (parsed here, built on a worker)
+    ready = translated is not None and translated.on_disk()  # (built before: loaded at once, no VM first)
+    if numba_ready and not ready:
+        return _from_program(program, "numba", shape, pattern, None)
     numba_tier = [("numba", lambda: program.kernels("numba"))] if tiers.NUMBA_TIER else []
-    if loop_vm.at_hand() or (program.split and translated is None) or not (translated or numba_tier):
+    if loop_vm.at_hand() and not ready or (program.split and translated is None) or not (translated or numba_tier):
         # (a long program compiles for minutes in Numba: the VM's own first compile, seconds, is worth it then)
         first = [("c", lambda: tiers.c_built(translated))] if translated is not None else []
         return Compiled(program, program.kernels("vm"), shape, pattern)._upgrade(*first, *numba_tier)
     if translated is not None:
-        quick = translated.quick  # (a long kernel: built quickly first, then in full)
+        quick = None if ready else translated.quick  # (a long kernel: built quickly first, then in full)
         later = [("c", lambda: tiers.c_built(translated))] if quick else []
         try:
             first = tiers.c_built(quick or translated)

@@ -27,12 +27,14 @@ SIGNATURES = dict(point=(_V, _V, _V), batch=(_M, _M, _V, _M, _I, _I), total=(_V,
 class Kernels:
     """A backend's product: ``kernel(variant)`` for variant in point / batch / total, made on first
     use; ``source``, the code it runs (or a function making it); ``backend``, the name that runs it;
-    ``quick``, where making these takes long, the same made sooner and running slower (a first tier)."""
+    ``quick``, where making these takes long, the same made sooner and running slower (a first tier);
+    ``on_disk()``, whether making them compiles nothing (found in the disk cache)."""
 
     backend: str
     kernel: Callable[[str], Callable]
     source: str | Callable[[], str]
     quick: Kernels | None = None
+    on_disk: Callable[[], bool] = lambda: False
 
 
 def over_rows(rows: Callable, variant: str) -> Callable:
