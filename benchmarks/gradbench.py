@@ -195,6 +195,7 @@ CASES = [
     ("ode n=10^4 s=10", "gradient of y[-1]", _ode(10_000, 10, True)),
     ("ode n=10^4 s=100", "primal", _ode(10_000, 100, False)),
     ("ode n=10^4 s=100", "gradient of y[-1]", _ode(10_000, 100, True)),
+    ("ode n=10 s=1000 (a small state, not GradBench's size)", "gradient of y[-1]", _ode(10, 1000, True)),
     ("lstm l=4 c=4096 b=14 (lax.scan)", "objective", _lstm(4, 4096, False)),
     ("lstm l=4 c=4096 b=14 (lax.scan)", "gradient", _lstm(4, 4096, True)),
     ("ba n=49 m=7776 p=31843 (ADBench ba1's sizes)", "sparse Jacobian", _ba(49, 7776, 31843)),

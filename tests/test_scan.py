@@ -432,3 +432,39 @@ def test_a_long_scan_beside_code_without_a_rolled_form_stays_element_by_element(
         got = g(x)
     assert not g._last.indexed and "element by element (arrays under" in g.explain()
     np.testing.assert_allclose(got, numeric_grad(f, x), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("join", [np.stack, np.array, lambda v: np.asarray(v, dtype=object)])
+def test_a_step_that_stacks_its_scalars_stays_one_rolled_loop(join, monkeypatch):
+    """A pendulum's RK1 step as JAX code writes it, ``np.stack([v, -g * np.sin(x) - c * v])``: NumPy makes an
+    object array of the step's scalars, which a rolled trace takes as a rolled array of them (it had sent
+    the function element by element: 1000 steps, 3.4 s to the first result). The element trace agrees."""
+    def pend(theta, s):
+        def step(y, _):
+            return y + 0.01 * join([y[1], -theta[0] * np.sin(y[0]) - theta[1] * y[1]]), y[0]
+
+        y, ys = sg.scan(step, np.array([1.0, 0.0]), None, length=s)
+        return np.sum(ys ** 2) + y[0]
+
+    theta = np.array([9.8, 0.1])
+    g = sg.grad(pend, static_argnums=1, backend="vm")
+    got = g(theta, 60)
+    assert g._last.indexed and g._last.rolled_for == "a loop of 60 steps"
+    monkeypatch.setattr(limits, "LONG_LOOP", 10**9)
+    element = sg.grad(pend, static_argnums=1, backend="vm")
+    np.testing.assert_allclose(got, element(theta, 60), rtol=1e-12)
+    assert not element._last.indexed
+    np.testing.assert_allclose(got, numeric_grad(lambda t: pend(t, 60), theta), rtol=1e-6)
+
+
+def test_an_element_traces_objects_are_not_taken_for_a_rolled_array():
+    """Only scalars of a rolled trace become a rolled array: an element trace's variables in an object array
+    meeting a rolled array are still ElementsMet (the scan's step then runs as the loop that has them)."""
+    from symgrad.expr import ndarrays
+
+    x = sg.symbols("x")
+    with pytest.raises(ndarrays.ElementsMet):
+        ndarrays.operand(np.array([x, 1.0], dtype=object))
+    a = sg.array("a", 3)
+    joined = ndarrays.operand(np.array([a[0] * 2.0, 1.0], dtype=object))
+    assert joined.shape == (2,) and sg.evaluate(joined, {a: np.array([3.0, 0.0, 0.0])}).tolist() == [6.0, 1.0]
