@@ -29,7 +29,6 @@ from symgrad.expr import functions, ops, rolled
 from symgrad.expr.build import apply, const
 from symgrad.expr.node import Expr, TracingError
 from symgrad.expr.tracing import context, note_operands
-from symgrad.expr.traverse import topo_order
 
 
 def is_array(v: Any) -> bool:
@@ -153,14 +152,11 @@ def from_elements(values: np.ndarray) -> Expr:
 STACKED_MAX = 64  # elements of an object array of a rolled trace's scalars taken as a rolled array
 
 
-def _of_rolled_scalars(a: np.ndarray) -> bool:
-    """Whether an object array holds numbers and a rolled trace's scalars (no variable of an element trace:
-    those only a loop has) and at least one of them."""
+def _of_scalars(a: np.ndarray) -> bool:
+    """Whether an object array holds numbers and scalar expressions, at least one of them."""
     found = [e for e in a.flat if isinstance(e, Expr)]
-    if not found or any(e.op.array_valued for e in found) or not all(
-            isinstance(e, Expr | Real) for e in a.flat):
-        return False
-    return not any(n.op.name == "var" for n in topo_order(found))
+    return bool(found) and not any(e.op.array_valued for e in found) and all(
+        isinstance(e, Expr | Real) for e in a.flat)
 
 
 class ElementsMet(TracingError):
@@ -176,7 +172,7 @@ def operand(a: Any) -> Any:
     """
     if not isinstance(a, np.ndarray) or a.ndim == 0:
         return a
-    if a.dtype == object and 0 < a.size <= STACKED_MAX and _of_rolled_scalars(a):
+    if a.dtype == object and context.rolled and 0 < a.size <= STACKED_MAX and _of_scalars(a):
         return from_elements(a)  # (``np.stack([v, -g * np.sin(x)])`` in an ODE's step: NumPy made it objects)
     if a.dtype.kind not in "biuf" or a.size == 0:
         error = ElementsMet if a.dtype == object else TracingError

@@ -34,6 +34,7 @@ class Context(threading.local):
     stepping = False  # a scan's step is being traced on placeholders (its NumPy arrays meet scalars rolled)
     shadow: Any = None  # the outermost trace's guards.Shadow: conditions decided by its call's values
     long_loop: int | None = None  # steps from which an element trace's loop asks for a rolled trace (``loop``)
+    rolled = False  # the trace running is a rolled one (its scalars may join into rolled arrays: ``rolled_trace``)
 
     def __init__(self) -> None:
         self.rules: list = []  # the custom rules being traced (a function calling itself there gives its value)
@@ -185,6 +186,24 @@ def stepping() -> Iterator[None]:
 
 def stepping_now() -> bool:
     return context.stepping
+
+
+@contextmanager
+def rolled_trace(on: bool) -> Iterator[None]:
+    """While a trace runs: whether it is a rolled one, whose scalars (a 0-d argument, an element read from
+    a rolled array) NumPy may put in an object array (``np.stack([v, -g * np.sin(x)])``) to be taken as a
+    rolled array of them; an element trace's are its variables, which only its loops can read.
+
+    >>> with rolled_trace(True):
+    ...     context.rolled
+    True
+    """
+    outer = context.rolled
+    context.rolled = on
+    try:
+        yield
+    finally:
+        context.rolled = outer
 
 
 class LongLoop(BaseException):  # noqa: N818 (a signal, not an error)

@@ -161,7 +161,8 @@ class Trace:
             with paused_gc(), tracing.capturing() as constants, tracing.observing() as met, \
                     tracing.integers(integer), guards.deciding(
                         None if fresh else guards.bindings(self._syms, self._values),
-                        guards.mapping(self._syms, self._values) if fresh else None) as shadow:
+                        guards.mapping(self._syms, self._values) if fresh else None) as shadow, \
+                    tracing.rolled_trace(indexed):
                 result = owner.fn(*sym_args, **sym_kwargs)
                 self.floats_met = tracing.floats_met()
         finally:
