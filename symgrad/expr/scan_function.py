@@ -69,8 +69,7 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
                 raise
             init_leaves, x_leaves = _elements(init_leaves), _elements(x_leaves)
             init = pytree.unflatten(init_tree, init_leaves)
-    if tracing.active():
-        tracing.loop(n)  # (a long one: the function traced again, rolled, where it can be)
+    tracing.loop(n)  # (in an element trace, a long one: the function traced again, rolled, where it can be)
     return _loop(f, init, init_tree, x_leaves, x_tree, n, reverse)
 
 
