@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from symgrad.expr import tracing
+
 _MASK = (1 << 64) - 1
 
 
@@ -52,6 +54,11 @@ class TracingError(TypeError):
     functions that cannot build expressions; the message names the construct and the
     symbolic alternative.
     """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if tracing.context.refusals is not None:  # (a rolled trace checks none was caught by the traced code)
+            tracing.context.refusals.append(self)
 
 
 class Name(str):

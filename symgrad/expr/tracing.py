@@ -35,6 +35,7 @@ class Context(threading.local):
     shadow: Any = None  # the outermost trace's guards.Shadow: conditions decided by its call's values
     long_loop: int | None = None  # steps from which an element trace's loop asks for a rolled trace (``loop``)
     rolled = False  # the trace running is a rolled one (its scalars may join into rolled arrays: ``rolled_trace``)
+    refusals: list | None = None  # the TracingErrors made while a rolled trace runs (``refusals``)
 
     def __init__(self) -> None:
         self.rules: list = []  # the custom rules being traced (a function calling itself there gives its value)
@@ -206,6 +207,25 @@ def rolled_trace(on: bool) -> Iterator[None]:
         context.rolled = outer
 
 
+@contextmanager
+def refusals() -> Iterator[list]:
+    """While a rolled trace runs: the TracingErrors made (node.TracingError notes itself here), to find one
+    the traced code caught in an ``except`` of its own, whose branch would give a value NumPy's would not.
+
+    >>> from symgrad.expr.node import TracingError
+    >>> with refusals() as seen:
+    ...     _ = TracingError("no rolled form")
+    >>> [str(e) for e in seen]
+    ['no rolled form']
+    """
+    outer = context.refusals
+    context.refusals = seen = []
+    try:
+        yield seen
+    finally:
+        context.refusals = outer
+
+
 class LongLoop(BaseException):  # noqa: N818 (a signal, not an error)
     """An element-by-element trace met a scan (or ``fori_loop``) of many steps: its Python loop would
     repeat the step's nodes per step (an ODE's 1000 RK4 steps over a state of 10: 10**6 lines of C,
@@ -214,9 +234,9 @@ class LongLoop(BaseException):  # noqa: N818 (a signal, not an error)
 
 
 @contextmanager
-def rolling_long_loops(steps: int | None) -> Iterator[None]:
+def rolling_long_loops(steps: int) -> Iterator[None]:
     """While an element trace runs that could be traced rolled instead: a loop of at least ``steps`` steps
-    over traced values raises LongLoop (``loop``) rather than running; None (a nested trace's) lets it run.
+    over traced values raises LongLoop (``loop``) rather than running.
 
     >>> with rolling_long_loops(10):
     ...     loop(3)

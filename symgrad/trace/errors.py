@@ -82,7 +82,23 @@ def user_line(e: BaseException) -> str:
         if not name.startswith((_OWN_DIR, *_LIBRARY_DIRS)) and not name.startswith("<frozen"):
             found = f"{os.path.basename(name)}:{tb.tb_lineno}"
         tb = tb.tb_next
+    if found is None and e.__cause__ is not None:  # (raised for another one: its line)
+        return user_line(e.__cause__)
     return found or "inside symgrad"
+
+
+def caught(errors: list[TracingError]) -> tuple[TracingError, str] | None:
+    """One of ``errors`` that the traced code caught itself (its traceback starts in the frame that caught
+    it: outside symgrad, NumPy and the standard library), and that line (``file.py:12``); else None.
+
+    >>> caught([TracingError("never raised")]) is None
+    True
+    """
+    for e in errors:
+        tb = e.__traceback__
+        if tb is not None and not tb.tb_frame.f_code.co_filename.startswith((_OWN_DIR, *_LIBRARY_DIRS, "<frozen")):
+            return e, f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    return None
 
 
 def user_level() -> int:

@@ -21,7 +21,7 @@ from symgrad.expr.tracing import context
 from symgrad.trace import limits
 from symgrad.trace.batched import Batched
 from symgrad.trace.captured import WRAPPERS
-from symgrad.trace.errors import describe, holds_int, int_use, traced, user_level, user_line
+from symgrad.trace.errors import caught, describe, holds_int, int_use, traced, user_level, user_line
 from symgrad.trace.record import Trace
 from symgrad.trace.rules import TRANSFORMS
 from symgrad.trace.signature import (
@@ -254,7 +254,7 @@ class Function:
         that has no rolled form, element by element (object arrays of variables), as before."""
         if self.rule.rolled and not self.sparse and (not self._fallback or self._large(args, kwargs)):
             try:
-                return traced(lambda: Trace(self, args, kwargs, indexed=True))
+                return self._rolled(args, kwargs)
             except (TracingError, NotImplementedError, TypeError) as e:
                 if not self._fallback or int_use(e) and not self._ints_static and holds_int((args, kwargs)):
                     raise
@@ -269,10 +269,22 @@ class Function:
                     return traced(lambda: Trace(self, args, kwargs))
             except tracing.LongLoop as e:  # rolled, where it can be: one loop, not the step's nodes per step
                 with contextlib.suppress(TracingError, NotImplementedError, TypeError):
-                    t = traced(lambda: Trace(self, args, kwargs, indexed=True))
+                    t = self._rolled(args, kwargs)
                     t.rolled_for = str(e)
                     return t
         return traced(lambda: Trace(self, args, kwargs))
+
+    def _rolled(self, args: tuple, kwargs: dict) -> Trace:
+        """The rolled trace, or TracingError where fn caught one of its refusals in an ``except`` of its own
+        (around a construct with no rolled form): that branch's value is not what NumPy computes."""
+        with tracing.refusals() as seen:
+            t = traced(lambda: Trace(self, args, kwargs, indexed=True))
+        found = caught(seen)
+        if found is not None:
+            e, where = found
+            raise TracingError(f"{self.who}: {str(e).splitlines()[0]}, caught by an except of fn's own at {where} "
+                               "(its branch would run where NumPy's code does not)") from e
+        return t
 
     def _note(self, why: str, args: tuple, kwargs: dict) -> None:
         """One warning (per function) where a trace goes element by element for want of a rolled form."""
