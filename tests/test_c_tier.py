@@ -285,11 +285,12 @@ def test_a_long_kernel_under_auto_runs_unvectorised_first_then_vectorised_with_t
 
 def test_a_script_that_ends_while_a_tier_builds_stops_the_compiler_and_leaves_no_folder(tmp_path):
     """The background build of a tier is not waited for at exit: the compiler (and what it started) is killed
-    and its folder removed, with nothing printed (the folder's remover had raced the compiler writing)."""
-    pidfile, cc = tmp_path / "pid", tmp_path / "slowcc"
+    and its folder removed, with nothing printed (the folder's remover had raced the compiler writing), and
+    the compiler's own temporary files with it (gcc's went to /tmp, left there by each killed build)."""
+    pidfile, cc, scratch = tmp_path / "pid", tmp_path / "slowcc", tmp_path / "scratch"
     full = "*-ftree-vectorize*/l[0-9a-f]*"  # (the full build sleeps; the probe and the quick build run)
-    cc.write_text(f'#!/bin/sh\ncase "$*" in {full}) echo $$ > {pidfile}; exec sleep 600;; esac\n'
-                  f'exec {c_backend.compiler()[0]} "$@"\n')
+    cc.write_text(f'#!/bin/sh\ncase "$*" in {full}) mktemp > {scratch}; echo $$ > {pidfile}; exec sleep 600;; '
+                  f'esac\nexec {c_backend.compiler()[0]} "$@"\n')
     cc.chmod(0o755)
     script = ("import os, sys, time\nimport symgrad as sg\nfrom symgrad.compile import c_backend, tiers\n"
               f"sys.path.insert(0, {os.path.dirname(__file__)!r})\nfrom test_c_tier import _fresh\n"
@@ -304,6 +305,8 @@ def test_a_script_that_ends_while_a_tier_builds_stops_the_compiler_and_leaves_no
     state = Path(f"/proc/{pid}/status")
     assert not state.exists() or "\tZ" in state.read_text().splitlines()[2]  # (gone, or a zombie unreaped)
     assert [p.name for p in (tmp_path / "cache" / "c").iterdir() if p.is_dir()] == []
+    left = Path(scratch.read_text().strip())  # (as gcc's cc1 names its .s files: in $TMPDIR)
+    assert left.parent.parent == tmp_path / "cache" / "c" and not left.exists()
 
 
 def test_a_large_workspace_is_faulted_in_while_the_compiler_runs(first_on_c, monkeypatch):

@@ -299,7 +299,10 @@ def _compiled(command: list[str], options: tuple[str, ...], tmp: Path, stem: str
 
 
 def _run(commands: list[list[str]], names: list[str], folder: Path) -> None:
-    """Run the compiler ``commands`` at once (writing in ``folder``), or raise CompilerError."""
+    """Run the compiler ``commands`` at once (writing in ``folder``), or raise CompilerError.
+
+    gcc's own temporary files go to ``folder`` too: a compiler killed mid-build (at exit, on a timeout)
+    would leave them in /tmp for good."""
     processes: list[subprocess.Popen] = []
     try:
         with _LOCK:
@@ -308,7 +311,8 @@ def _run(commands: list[list[str]], names: list[str], folder: Path) -> None:
             _RUNNING[folder] = processes  # (killed at exit)
             for command in commands:
                 processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                  text=True, start_new_session=True))  # (_kill: its cc1 too)
+                                                  text=True, start_new_session=True,  # (_kill: its cc1 too)
+                                                  env={**os.environ, "TMPDIR": str(folder)}))
         for command, name, process in zip(commands, names, processes, strict=True):
             try:
                 said = process.communicate(timeout=TIMEOUT)[0]
