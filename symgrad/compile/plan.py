@@ -9,9 +9,9 @@ import math
 from collections.abc import Callable
 
 from symgrad.expr.build import apply, const
-from symgrad.expr.diff import may_fail
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
+from symgrad.expr.ranges import may_fail
 from symgrad.expr.rolled import by_name, costly, reduce, scatter, substitute_indices, tensor, value_range
 from symgrad.expr.traverse import rewrite, scalar_graph, topo_order
 

@@ -18,6 +18,7 @@ import numpy as np
 from symgrad.expr import custom, gathers, ops, rolled
 from symgrad.expr.build import _as_expr, apply, const
 from symgrad.expr.node import Expr, paused_gc
+from symgrad.expr.ranges import may_fail
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
 from symgrad.util.progress import CHUNK, progress
 
@@ -107,49 +108,23 @@ class _Trees:
         return self.uses[e] == 1
 
 
-def may_fail(e: Expr, finite: dict | None = None) -> bool:
-    """Whether ``e`` may be nan or inf where the inputs are finite (sqrt, log, / ... inside it); ``finite``
-    remembers the nodes seen (node -> finite), for the next call.
-
-    >>> import symgrad as sg
-    >>> x = sg.Var("x")
-    >>> may_fail(sg.sin(x) * x), may_fail(sg.log(x) + 1)
-    (False, True)
-    """
-    finite = {} if finite is None else finite
-    stack = [e]
-    while stack:
-        n = stack[-1]
-        if n in finite:
-            stack.pop()
-            continue
-        args = n.args[:1] if n.op.name in ("load", "scatter") else n.args  # (addresses are never values)
-        todo = [a for a in args if a not in finite]
-        if todo:
-            stack += todo
-            continue
-        stack.pop()
-        finite[n] = n.op.finite and all(finite[a] for a in args)
-    return not finite[e]
-
-
 class _Masks:
     """Which adjoints may be 0 where a partial is nan or inf. A value masked by ``where`` (its branch
     not taken), or an array's entry nobody reads, gets an adjoint of 0 there, while the partials of
     what computed it may be nan (sqrt's at a negative, log's at 0): 0 * nan would bring the nan the
     mask kept out of the value into the gradient. Such a product is guarded, 0 where ``g == 0`` and
-    ``p`` is not finite, where the adjoint ``g`` came through a mask and ``p`` may be non-finite;
-    nowhere else. A graph
+    ``p`` is not finite, where the adjoint ``g`` came through a mask and ``p`` may be non-finite (its
+    range, ranges.py: a sigmoid's partials are finite); nowhere else. A graph
     without a ``where``, a table (a gather that may leave entries unread) or a scan (whose rows a
     step may never read, or read into a carry a later step drops) masks nothing."""
 
     def __init__(self, order: list[Expr]) -> None:
         self.masking = any(n.op.name in MASKING for n in order)
         self.masked: set[Expr] = set()  # nodes whose adjoint came through a where's branch or an array
-        self.finite: dict[Expr, bool] = {}
+        self.ranges: dict = {}  # (ranges.range_of's memo)
 
     def may_fail(self, e: Expr) -> bool:
-        return may_fail(e, self.finite)
+        return may_fail(e, self.ranges)
 
     def product(self, node: Expr, g: Expr, p: Expr) -> Expr:
         """``g * p``, the contribution of ``node``'s adjoint ``g`` through the partial ``p``; guarded
