@@ -268,8 +268,8 @@ def test_a_long_kernel_is_built_at_o1_with_the_same_bits(monkeypatch, tmp_path):
 
 def test_a_long_kernel_under_auto_runs_unvectorised_first_then_vectorised_with_the_same_bits(first_on_c,
                                                                                               monkeypatch):
-    """Under "auto" a long kernel's first C build is at -O1 without the vectoriser (sooner: an LSTM gradient's
-    first result 1.5 -> 1.1 s); the full build replaces it in the background, giving the same bits."""
+    """Under "auto" a long kernel's first C build is at -Og without the vectoriser (sooner: an LSTM gradient's
+    first result 1.5 -> 0.9 s); the full build replaces it in the background, giving the same bits."""
     monkeypatch.setattr(tiers, "NUMBA_TIER", False)
     monkeypatch.setattr(c_backend, "LONG_LINES", 0)
     built, build = [], c_backend.build

@@ -278,7 +278,7 @@ def test_fuzz_c_loops():
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
 def test_fuzz_c_loops_built_quickly(monkeypatch):
-    """Programs on the C loops as a long kernel's first tier builds them (-O1, no vectoriser: the first
+    """Programs on the C loops as a long kernel's first tier builds them (-Og, no vectoriser: the first
     kernels of an LSTM gradient under "auto"), against the interpreter."""
     from symgrad.compile import c_backend
 

@@ -52,9 +52,9 @@ NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ff
 # Kernels longer than this (lines of C, all files) are built at -O1: on an LSTM gradient's 8500 lines gcc
 # spends 4.5 s of CPU at -O2, 2.6 s at -O1 (both files at once on two cores: 2.4 -> 1.8 s), and its calls
 # run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction). Under
-# "auto" their loops are built first without the vectoriser (QUICK_LEAVES_OUT: the LSTM gradient's files
-# 0.63 -> 0.38 s each, its calls 10% slower), then in full on a background thread. (Not shorter ones: an ODE
-# gradient's 1500 lines build 0.14 -> 0.08 s, and run 3x slower.)
+# "auto" their loops are built first at -Og without the vectoriser (QUICK_LEAVES_OUT: the LSTM gradient's
+# files 0.37 -> 0.21 s each against -O1's with it, its calls 56 -> 62 ms), then in full on a background
+# thread. (Not shorter ones: an ODE gradient's 1500 lines build 0.14 -> 0.08 s, and run 3x slower.)
 LONG_LINES = 4000
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
@@ -219,7 +219,7 @@ def lines(text: str, others: Sequence[str] = ()) -> int:
 def build(text: str, stem: str, others: Sequence[str] = (), quick: bool = False) -> Path:
     """The shared object of the C file ``text`` and any ``others`` it calls (compiled now, at once on
     this machine's cores, and linked; or found built from the same texts and compiler before);
-    ``quick``: at -O1 without the vectoriser (a first tier, sooner).
+    ``quick``: at -Og without the vectoriser (a first tier, sooner).
 
     >>> build("double one(void) { return 1.0; }", "doc").suffix
     '.so'
@@ -256,7 +256,8 @@ def _target(text: str, stem: str, others: Sequence[str], quick: bool) -> tuple[l
     """The compiler's command and options for ``build``, and the shared object it makes: named by all of them."""
     version, command, options = compiler()[1], _command(), flags()
     if quick or lines(text, others) > LONG_LINES:
-        options = tuple("-O1" if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
+        level = "-Og" if quick else "-O1"
+        options = tuple(level if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
     host = _host() if "-march=native" in options else ""
     key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
     return command, options, _folder() / f"{stem}-{key}.so"
