@@ -55,6 +55,23 @@ def test_a_compiler_that_fails_or_writes_cpp_is_warned_of_once_and_numba_runs(fi
     assert vg2.backend == "numba" and vg2(w)[0] == pytest.approx(want2, rel=1e-13)
 
 
+def test_a_hung_compiler_holds_a_first_call_only_as_long_as_the_foreground_limit(first_on_c, monkeypatch,
+                                                                                  tmp_path):
+    """The first call's own build gives up after FOREGROUND_TIMEOUT (not the background's TIMEOUT, 600 s a
+    run), kills the compiler, warns and runs on Numba."""
+    cc = tmp_path / "hungcc"
+    real = c_backend.compiler()[0]
+    cc.write_text(f'#!/bin/sh\ncase "$*" in *build-*) exec sleep 600;; esac\nexec {real} "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setattr(c_backend, "FOREGROUND_TIMEOUT", 1)
+    f, x, v, want = _fresh()
+    with pytest.warns(UserWarning, match=r"took over 1 s on symgrad's generated C .*from Numba instead"):
+        vg = sg.value_and_grad(f, [x])
+        assert vg(v)[0] == pytest.approx(want, rel=1e-13)
+    assert vg.backend == "numba"
+
+
 def test_an_object_cut_short_in_the_cache_is_built_again(monkeypatch, tmp_path):
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
     text = "double sg_one(void) { return 1.0; }"

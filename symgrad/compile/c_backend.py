@@ -58,6 +58,9 @@ NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ff
 LONG_LINES = 4000
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
+# ... on the caller's thread, which waits for its first result (an LSTM gradient's files take 0.2 s each): a
+# hung compiler held the first call 600 s before the other tiers went on
+FOREGROUND_TIMEOUT = 60
 _LOCK = threading.Lock()  # guards _BUILDS and _EXITING
 _BUILDS: dict[Path, threading.Lock] = {}  # a lock per object being built: one thread builds, others wait
 # The compilers under way and their folders: at exit, compilers are killed and folders removed (a daemon
@@ -314,11 +317,12 @@ def _run(commands: list[list[str]], names: list[str], folder: Path) -> None:
                 processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                   text=True, start_new_session=True,  # (_kill: its cc1 too)
                                                   env={**os.environ, "TMPDIR": str(folder)}))
+        limit = TIMEOUT if getattr(_BACKGROUND, "on", False) else FOREGROUND_TIMEOUT
         for command, name, process in zip(commands, names, processes, strict=True):
             try:
-                said = process.communicate(timeout=TIMEOUT)[0]
+                said = process.communicate(timeout=limit)[0]
             except subprocess.TimeoutExpired:
-                raise CompilerError(f"{command[0]} took over {TIMEOUT} s on symgrad's generated C "
+                raise CompilerError(f"{command[0]} took over {limit} s on symgrad's generated C "
                                     f"({name})") from None
             if process.returncode != 0:
                 said = " ".join(said.split())[:400] or "no message"
