@@ -288,7 +288,7 @@ def test_a_long_kernel_under_auto_runs_unvectorised_first_then_vectorised_with_t
     """Under "auto" a long kernel's first C build is at -Og without the vectoriser (sooner: an LSTM gradient's
     first result 1.5 -> 0.9 s); the full build replaces it in the background, giving the same bits."""
     monkeypatch.setattr(tiers, "NUMBA_TIER", False)
-    monkeypatch.setattr(c_backend, "LONG_LINES", 0)
+    monkeypatch.setattr(c_backend, "QUICK_LINES", 0)
     built, build = [], c_backend.build
     monkeypatch.setattr(c_backend, "build", lambda *a: built.append(a[3]) or build(*a))
     f, x, v, want = _fresh()
@@ -311,7 +311,7 @@ def test_a_script_that_ends_while_a_tier_builds_stops_the_compiler_and_leaves_no
     cc.chmod(0o755)
     script = ("import os, sys, time\nimport symgrad as sg\nfrom symgrad.compile import c_backend, tiers\n"
               f"sys.path.insert(0, {os.path.dirname(__file__)!r})\nfrom test_c_tier import _fresh\n"
-              "c_backend.LONG_LINES, tiers.NUMBA_TIER = 0, False\n"
+              "c_backend.QUICK_LINES, tiers.NUMBA_TIER = 0, False\n"
               "f, x, v, want = _fresh()\nsg.value_and_grad(f, [x])(v)\n"
               f"for _ in range(6000):  # (until the full build is under way)\n"
               f"    if os.path.exists({str(pidfile)!r}):\n        break\n    time.sleep(0.01)\n")

@@ -51,11 +51,14 @@ FLAGS = ("-std=c99", "-O2", "-fno-math-errno", "-shared", "-fPIC", *(f"-fno-buil
 NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ffp-contract=off")
 # Kernels longer than this (lines of C, all files) are built at -O1: on an LSTM gradient's 8500 lines gcc
 # spends 4.5 s of CPU at -O2, 2.6 s at -O1 (both files at once on two cores: 2.4 -> 1.8 s), and its calls
-# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction). Under
-# "auto" their loops are built first at -Og without the vectoriser (QUICK_LEAVES_OUT: the LSTM gradient's
-# files 0.37 -> 0.21 s each against -O1's with it, its calls 56 -> 62 ms), then in full on a background
-# thread. (Not shorter ones: an ODE gradient's 1500 lines build 0.14 -> 0.08 s, and run 3x slower.)
+# run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction).
 LONG_LINES = 4000
+# Under "auto" kernels longer than this are built first at -Og without the vectoriser (QUICK_LEAVES_OUT),
+# then in full on a background thread: the LSTM gradient's files 0.37 -> 0.21 s each against -O1's with
+# it, its calls 56 -> 62 ms; an ODE gradient's 1500 lines 0.22 -> 0.12 s of gcc (its first result 0.24
+# -> 0.17 s), its calls 4x slower until the full build is in, 0.2 s later. (Not shorter ones: a few
+# hundredths of a second of gcc.)
+QUICK_LINES = 1000
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 # ... on the caller's thread, which waits for its first result (an LSTM gradient's files take 0.2 s each): a
@@ -211,7 +214,7 @@ def _private() -> Path:
 
 
 def lines(text: str, others: Sequence[str] = ()) -> int:
-    """The lines of the C files ``text`` and ``others`` (LONG_LINES).
+    """The lines of the C files ``text`` and ``others`` (LONG_LINES, QUICK_LINES).
 
     >>> lines("double one(void);\\n", ["double one(void) { return 1.0; }\\n"])
     2
@@ -438,7 +441,7 @@ def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
     made = functools.partial(_kernels, text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
-    return dataclasses.replace(made(), quick=made(quick=True)) if lines(text, pieces) > LONG_LINES else made()
+    return dataclasses.replace(made(), quick=made(quick=True)) if lines(text, pieces) > QUICK_LINES else made()
 
 
 def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None,

@@ -460,7 +460,7 @@ def _on(program: Program, backend: str, shape: tuple, pattern: tuple | None, roo
 
 def _tiered(program: LoopProgram, shape: tuple, pattern: tuple | None, numba_ready: bool = False) -> Compiled:
     """A loop program under "auto": its first kernels at once (the loop VM's where they are compiled, else
-    the C compiler's, in a fraction of a second; a long kernel's first built quickly: c_backend.LONG_LINES),
+    the C compiler's, in a fraction of a second; a long kernel's first built quickly: c_backend.QUICK_LINES),
     then the C compiler's and Numba's as each is ready: all with the same bits (the C loops call fastmath's
     exp and log as Numba's do, and BLAS as Numba calls it). A C compiler that fails (or whose objects do
     not load) is warned of once and not used again in this process. Where the disk cache holds Numba's
