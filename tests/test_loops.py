@@ -156,10 +156,12 @@ def test_auto_runs_on_the_vm_while_numba_compiles_then_numba_takes_over(numba_ti
 @pytest.mark.parametrize("vm_at_hand", [False, True])
 def test_auto_runs_a_loop_program_on_the_c_compilers_kernels_before_numbas(numba_tier, monkeypatch, vm_at_hand):
     """With a C compiler the tiers are the loop VM (where compiled), the C kernels (gcc: a fraction of a
-    second), then Numba's; each gives the interpreter's numbers, and a late tier never replaces a later one."""
+    second; a quick build first past QUICK_LINES, not here), then Numba's; each gives the interpreter's
+    numbers, and a late tier never replaces a later one."""
     from symgrad.compile import loop_vm
 
     monkeypatch.setattr(loop_vm, "at_hand", lambda: vm_at_hand)
+    monkeypatch.setattr(c_backend, "QUICK_LINES", 10 ** 9)
     salt = 7.0 + np.random.default_rng().random()
     f, x = _fresh_program(salt)
     v = np.linspace(-1.0, 1.0, 50)

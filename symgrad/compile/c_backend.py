@@ -56,9 +56,10 @@ LONG_LINES = 4000
 # Under "auto" kernels longer than this are built first at -Og without the vectoriser (QUICK_LEAVES_OUT),
 # then in full on a background thread: the LSTM gradient's files 0.37 -> 0.21 s each against -O1's with
 # it, its calls 56 -> 62 ms; an ODE gradient's 1500 lines 0.22 -> 0.12 s of gcc (its first result 0.24
-# -> 0.17 s), its calls 4x slower until the full build is in, 0.2 s later. (Not shorter ones: a few
-# hundredths of a second of gcc.)
-QUICK_LINES = 1000
+# -> 0.17 s), its calls 4x slower until the full build is in, 0.2 s later; GMM's gradient's first result
+# 0.38 -> 0.17 s, an ODE's 350 lines 0.09 -> 0.06 s. (Not shorter ones: a hundredth of a second of gcc
+# against a second shared object loaded, which $SYMGRAD_MAX_PROGRAMS counts.)
+QUICK_LINES = 200
 QUICK_LEAVES_OUT = ("-ftree-vectorize", "-fvect-cost-model=dynamic")
 TIMEOUT = 600  # seconds a compiler's run may take (a hung one fails, and the other tiers go on)
 # ... on the caller's thread, which waits for its first result (an LSTM gradient's files take 0.2 s each): a

@@ -3,7 +3,8 @@ op that keeps or narrows a range). Reverse mode asks it whether a partial may be
 (``may_fail``), to guard only those products (diff._Masks): a sigmoid's ``1 / (1 + exp(-z))``, whose
 denominator is at least 1, is finite even where ``exp`` overflows; the 0 or 1 of a comparison is finite
 whatever it compares; a ``where`` is as finite as its branches. Overflow of ``+`` and ``*`` counts as
-finite (as the op table's ``finite`` says); that of ``exp`` does not.
+finite (as the op table's ``finite`` says); that of ``exp``, ``/`` and ``**`` does not (x**3 of 1e200 is
+inf; x / (1 + exp(z)) is never past x).
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def _div(a: Range, b: Range) -> Range:
         return Range(-_INF, _INF, True, nan)
     with np.errstate(all="ignore"):
         lo, hi = _span([float(np.divide(p, q)) for p in (a.lo, a.hi) for q in (b.lo, b.hi)])
-    return Range(lo, hi, a.inf, nan)
+        least, most = min(abs(b.lo), abs(b.hi)), max(abs(a.lo), abs(a.hi))
+        # (by 1/2 or more: at most doubled, an overflow counted as a product's is, not)
+        overflow = least < 0.5 and (math.isinf(most) or math.isinf(most / least))
+    return Range(lo, hi, a.inf or overflow, nan)
 
 
 def _pow(a: Range, b: Range) -> Range:
@@ -96,7 +100,9 @@ def _pow(a: Range, b: Range) -> Range:
     ends = [abs(a.lo), abs(a.hi)] if even else [a.lo, a.hi] if whole else [max(a.lo, 0.0), a.hi]
     with np.errstate(all="ignore"):
         values = [float(np.power(v, p)) for v in ends] + ([0.0] if even and low else [])
-    return Range(*_span(values), inf, nan)
+    lo, hi = _span(values)
+    overflow = (p > 1.0 or p < 0.0) and (math.isinf(lo) or math.isinf(hi))  # (x**2 of 1e200; x**0.5 never)
+    return Range(lo, hi, inf or overflow, nan)
 
 
 def _monotone(f: Callable[[float], float], overflow: bool = False) -> Callable[[Range], Range]:
@@ -194,6 +200,8 @@ def _own(n: Expr, args: list[Range]) -> Range:
         return args[0]
     if name in ("sum", "scatter", "cumsum"):  # (sums of the body's values: any value)
         return Range(-_INF, _INF, args[0].inf, args[0].nan or args[0].inf)
+    if name == "mul" and n.args[0] is n.args[1]:  # (a square: never below 0; its overflow counted as a product's)
+        return _pow(args[0], Range(2.0, 2.0))._replace(inf=args[0].inf)
     if name in RULES:
         return RULES[name](*args)
     if n.op.finite and not any(a.bad for a in args):
