@@ -397,3 +397,37 @@ def test_guarded_products_along_a_chain_read_each_adjoint_once():
     np.testing.assert_allclose(got[:8], fd, rtol=1e-5, atol=1e-9)
     for backend in ("vm", "numba"):
         np.testing.assert_allclose(sg.compile(g, [x], backend=backend)(v), got, rtol=1e-13, atol=1e-300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["lt", "le", "gt", "ge", "eq", "ne"]), st.integers(-3, 3), st.integers(-12, 12),
+       st.integers(1, 9), st.booleans())
+def test_a_comparison_of_index_arithmetic_its_ranges_settle_is_made_as_1_or_0(name, c, k, n, two):
+    """``k + 70 < 70`` over k in 0..69 is 0 as it is made (a slice of a concatenation: the part it reads,
+    no where); a comparison the ranges leave open stays; either way its value at every index is the
+    comparison's, which the interpreter computes from the indices."""
+    i, j = index("i", n), index("j", 3)
+    left, right = c * i + k, (j if two else float(n // 2))
+    made = ops.OPS[name](left, right)
+    values = [[float(getattr(int(c * a + k), f"__{name}__")(b if two else n // 2)) for b in range(3)]
+              for a in range(n)]
+    ls, rs = [c * a + k for a in range(n)], (range(3) if two else [n // 2])
+    (l0, l1), (r0, r1) = (min(ls), max(ls)), (min(rs), max(rs))
+    disjoint, point = l1 < r0 or r1 < l0, l0 == l1 == r0 == r1
+    settled = disjoint or point if name in ("eq", "ne") else \
+        len({getattr(a, f"__{name}__")(b) for a in (l0, l1) for b in (r0, r1)}) == 1
+    bare = left.op.name == "index" and two  # (two index symbols: apply's rules look at neither, loops settle it)
+    if made.op.name == "const":
+        assert np.all(np.array(values) == made.payload)
+    assert made.op.name == ("const" if settled and not bare else name) or made.op.name == "const" and not two
+    got = np.broadcast_to(sg.evaluate(tensor(made + 0 * i + 0 * j, i, j), {}), (n, 3))
+    assert np.array_equal(got, values)
+
+
+def test_a_slice_of_a_concatenation_reads_its_part():
+    a, h = sg.array("a", 70), sg.array("h", 70)
+    f = sg.jit(lambda a, h: np.sum(np.concatenate([a, h, a])[70:140] * 2.0))
+    va, vh = np.linspace(0, 1, 70), np.linspace(1, 2, 70)
+    assert f(va, vh) == pytest.approx(2 * vh.sum(), rel=1e-14)
+    assert "where" not in str(f.exprs), f.exprs
+    del a, h

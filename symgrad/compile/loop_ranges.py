@@ -18,11 +18,16 @@ def _within(renamed: list, i: Expr, lo: int, hi: int) -> tuple[Expr, list] | Non
     first iteration: the read ``a`` needs, guarded, is gone); None where none is decided."""
     j = index(f"{i.payload[0].split('#')[0]}#{lo}", hi - lo)
     shift = {i: j + lo}
-    shifted = [substitute_indices(b, shift) for b, _ in renamed]
+    shifted = [substitute_indices(b, shift) for b, _ in renamed]  # (apply folds the comparisons it settles)
     found = [_decided(b) for b in shifted]
-    if all(f is b for f, b in zip(found, shifted)):
+    if sum(map(_comparisons, found)) == sum(_comparisons(b) for b, _ in renamed):
         return None
     return j, [(f, [substitute_indices(a, shift) for a in addresses]) for f, (_, addresses) in zip(found, renamed)]
+
+
+def _comparisons(e: Expr) -> int:
+    """How many comparisons of index arithmetic ``e`` makes (none of them the arrays' it reads)."""
+    return sum(1 for n in topo_order([e], _ARRAYS) if n.op.name in _COMPARED and n.free)
 
 
 def _decided(e: Expr) -> Expr:
@@ -67,6 +72,7 @@ class _Arrays:
 _ARRAYS = _Arrays()
 _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}  # k op (i + c) is (i + c) flipped k
 _ORDERINGS = frozenset(_FLIPPED)  # comparisons monotone in a - b: settled by its range's ends
+_COMPARED = _ORDERINGS | {"eq", "ne"}
 
 
 def _partition(i: Expr, bodies: list[Expr]) -> list[tuple[int, int, bool]]:

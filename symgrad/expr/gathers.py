@@ -47,8 +47,8 @@ def solve(address: Expr, target: Expr, solved: dict, strides: bool = True) -> tu
 
     >>> from symgrad.expr.rolled import index
     >>> i, j = index("i", 4), index("j", 6)
-    >>> solve(i + 2, j, {})
-    (i, j - 2, [j - 2 >= 0, j - 2 <= 3])
+    >>> solve(i + 2, j, {})  # (j - 2 <= 3 holds over j in 0..5: settled as it is made, 1)
+    (i, j - 2, [j - 2 >= 0, 1])
     >>> solve(apply(ops.load, (table([2, 0, 1]), i)), index("k", 3), {})[1]
     [1, 2, 0][k]
     """

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.expr import interp, ops
+from symgrad.expr import build, interp, ops
 from symgrad.expr.build import apply
 from symgrad.expr.node import Expr, intern, name_order
 from symgrad.expr.traverse import rewrite
@@ -179,6 +179,37 @@ def _divisor(node: Expr) -> int:
 
 def _is_array(node: Expr) -> bool:
     return node.op.array_valued
+
+
+_INDEX_OPS = frozenset(("index", "const", "add", "sub", "neg", "mul", "mod", "floor_divide"))
+# a comparison -> whether it holds for every value of a and b in their ranges, or for none
+_DECIDED = {"lt": (lambda a, b: a[1] < b[0], lambda a, b: a[0] >= b[1]),
+            "le": (lambda a, b: a[1] <= b[0], lambda a, b: a[0] > b[1]),
+            "gt": (lambda a, b: a[0] > b[1], lambda a, b: a[1] <= b[0]),
+            "ge": (lambda a, b: a[0] >= b[1], lambda a, b: a[1] < b[0]),
+            "eq": (lambda a, b: a[0] == a[1] == b[0] == b[1], lambda a, b: a[1] < b[0] or b[1] < a[0]),
+            "ne": (lambda a, b: a[1] < b[0] or b[1] < a[0], lambda a, b: a[0] == a[1] == b[0] == b[1])}
+
+
+def _decided(name: str) -> Callable[[Expr, Expr], Expr | None]:
+    """A comparison of index expressions their ranges decide, as 1 or 0: ``k + 70 < 70`` over k in 0..69
+    (a slice of a concatenation, which picks its part by comparing the index) is 0, so a where on it is
+    its other branch, not a select in every loop and a clamped read of the part it never takes."""
+    holds, fails = _DECIDED[name]
+
+    def rule(a: Expr, b: Expr) -> Expr | None:
+        if not (a.free or b.free) or a.op.name not in _INDEX_OPS or b.op.name not in _INDEX_OPS:
+            return None
+        try:
+            ra, rb = value_range(a), value_range(b)
+        except (NotAnIndex, OverflowError):
+            return None
+        return build.const(1.0) if holds(ra, rb) else build.const(0.0) if fails(ra, rb) else None
+    return rule
+
+
+for _name in _DECIDED:  # (build.py's table of rewrites: apply folds them as it makes the comparison)
+    build.RULES[_name] = (*build.RULES.get(_name, ()), _decided(_name))
 
 
 def subscript(arr: Expr, key: Any, guarded: bool = False) -> Expr:
