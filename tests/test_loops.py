@@ -631,3 +631,19 @@ def test_background_compiles_wait_for_the_foreground_builds(numba_tier):
     c.ready()
     assert started and started[0] >= ended
     assert c([2.0, 3.0]) == 6.0 + np.sin(2.0)
+
+
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+def test_two_scatters_into_one_gradient_add_in_the_same_order_on_every_loop_backend():
+    """The gradient of two rolls along different axes scatters twice into one array (an independent
+    tester's case): the loop VM, which runs a nest a block of lanes at a time, added the two in another
+    order than the compiled loops (the last bit of 8 entries of 72); each scatter is a nest of its own."""
+    x = np.random.default_rng(1).normal(size=(8, 9))
+
+    def f(x):
+        return np.sum((np.roll(x, 3, axis=1) + np.roll(x, -2, axis=0)) * x)
+
+    got = {b: sg.jit(sg.grad(f), backend=b)(x) for b in ("vm", "numba", "c")}
+    want = (np.roll(x, 3, axis=1) + np.roll(x, -2, axis=0) + np.roll(x, -3, axis=1) + np.roll(x, 2, axis=0))
+    assert np.array_equal(got["vm"], got["numba"]) and np.array_equal(got["c"], got["numba"])
+    np.testing.assert_allclose(got["vm"], want, rtol=1e-14, atol=1e-15)
