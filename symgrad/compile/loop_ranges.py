@@ -6,9 +6,8 @@ range.
 
 from __future__ import annotations
 
-from symgrad.expr.build import const
 from symgrad.expr.node import Expr
-from symgrad.expr.rolled import affine, index, substitute_indices, value_range
+from symgrad.expr.rolled import affine, index, settled, substitute_indices, value_range
 from symgrad.expr.traverse import rewrite, topo_order
 
 
@@ -31,20 +30,12 @@ def _comparisons(e: Expr) -> int:
 
 
 def _decided(e: Expr) -> Expr:
-    """``e`` with each comparison of index arithmetic whose sides' ranges settle it as 1 or 0."""
-    def settled(node: Expr, args: tuple) -> Expr | None:
-        if node.op.name not in _ORDERINGS:
-            return None
-        try:
-            (a_lo, a_hi), (b_lo, b_hi) = value_range(args[0]), value_range(args[1])
-        except (TypeError, OverflowError):  # (not index arithmetic)
-            return None
-        # an ordering of a and b is settled where it holds alike at a - b's extremes
-        if (value := node.op.impl(a_lo, b_hi)) == node.op.impl(a_hi, b_lo):
-            return const(float(value))
-        return None
+    """``e`` with each comparison of index arithmetic whose sides' ranges settle it as 1 or 0 (those apply
+    did not settle as it substituted: of two bare indices, which its rules do not look at)."""
+    def rule(node: Expr, args: tuple) -> Expr | None:
+        return settled(node.op.name, *args) if node.op.name in _COMPARED else None
 
-    return rewrite([e], settled, known=_ARRAYS).get(e, e)  # (the arrays it reads are computed elsewhere)
+    return rewrite([e], rule, known=_ARRAYS).get(e, e)  # (the arrays it reads are computed elsewhere)
 
 
 def _index_form(a: Expr) -> tuple | None:

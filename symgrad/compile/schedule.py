@@ -77,9 +77,11 @@ def schedule(outputs: list[Expr]) -> Schedule:
             else:
                 home[rest] = total
                 steps.append(Step("fill", (rest,)))
-            for nest in _nests(scatters):
-                home.update((sc, total) for sc in nest)
-                steps.append(Step("add", tuple(nest)))
+            for sc in scatters:  # (a nest each: the loop VM runs a nest's rows a block of lanes at a time, so
+                # two scatters of one nest reaching an element from different iterations added in another
+                # order than the compiled loops: a gradient of two np.rolls, the last bit of 8 entries in 72)
+                home[sc] = total
+                steps.append(Step("add", (sc,)))
     done = Schedule(outputs, order, steps, home, _fused(order, outputs, units))
     verify(done)
     return done
@@ -271,14 +273,6 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
             home = len(units) - 1
         unit_of[node] = home
     return units
-
-
-def _nests(scatters: list[Expr]) -> list[list[Expr]]:
-    """The scatters adding into one tensor, a loop nest each: the loop VM runs a nest's rows a block of
-    lanes at a time, so two scatters in one nest that reach an element from different iterations added
-    in another order than the compiled loops' iteration by iteration (a gradient of two np.rolls, the
-    last bit of 8 entries in 72)."""
-    return [[sc] for sc in scatters]
 
 
 def ranges(node: Expr) -> tuple:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symgrad.expr.node import Expr
+from symgrad.expr.traverse import topo_order
 
 _INF = math.inf
 
@@ -222,18 +223,8 @@ def range_of(e: Expr, memo: dict | None = None) -> Range:
     (True, False)
     """
     memo = {} if memo is None else memo
-    stack = [e]
-    while stack:
-        n = stack[-1]
-        if n in memo:
-            stack.pop()
-            continue
+    for n in topo_order([e], memo):
         args = n.args[:1] if n.op.name in ("load", "scatter") else n.args  # (addresses are never values)
-        todo = [a for a in args if a not in memo]
-        if todo:
-            stack += todo
-            continue
-        stack.pop()
         memo[n] = _own(n, [memo[a] for a in args])
     return memo[e]
 

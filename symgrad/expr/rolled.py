@@ -191,25 +191,28 @@ _DECIDED = {"lt": (lambda a, b: a[1] < b[0], lambda a, b: a[0] >= b[1]),
             "ne": (lambda a, b: a[1] < b[0] or b[1] < a[0], lambda a, b: a[0] == a[1] == b[0] == b[1])}
 
 
-def _decided(name: str) -> Callable[[Expr, Expr], Expr | None]:
-    """A comparison of index expressions their ranges decide, as 1 or 0: ``k + 70 < 70`` over k in 0..69
-    (a slice of a concatenation, which picks its part by comparing the index) is 0, so a where on it is
-    its other branch, not a select in every loop and a clamped read of the part it never takes."""
+def settled(name: str, a: Expr, b: Expr) -> Expr | None:
+    """The comparison ``name`` of index expressions ``a`` and ``b`` as 1 or 0 where their ranges decide
+    it, else None: ``k + 70 < 70`` over k in 0..69 (a slice of a concatenation, which picks its part by
+    comparing the index) is 0, so a where on it is its other branch, not a select in every loop and a
+    clamped read of the part it never takes.
+
+    >>> k = index("k", 70)
+    >>> settled("lt", k + 70, build.const(70.0)), settled("lt", k, build.const(35.0))
+    (0, None)
+    """
+    if not (a.free or b.free) or a.op.name not in _INDEX_OPS or b.op.name not in _INDEX_OPS:
+        return None
+    try:
+        ra, rb = value_range(a), value_range(b)
+    except (NotAnIndex, OverflowError):
+        return None
     holds, fails = _DECIDED[name]
-
-    def rule(a: Expr, b: Expr) -> Expr | None:
-        if not (a.free or b.free) or a.op.name not in _INDEX_OPS or b.op.name not in _INDEX_OPS:
-            return None
-        try:
-            ra, rb = value_range(a), value_range(b)
-        except (NotAnIndex, OverflowError):
-            return None
-        return build.const(1.0) if holds(ra, rb) else build.const(0.0) if fails(ra, rb) else None
-    return rule
+    return build.const(1.0) if holds(ra, rb) else build.const(0.0) if fails(ra, rb) else None
 
 
-for _name in _DECIDED:  # (build.py's table of rewrites: apply folds them as it makes the comparison)
-    build.RULES[_name] = (*build.RULES.get(_name, ()), _decided(_name))
+for _name in _DECIDED:  # (build.py's table of rewrites: apply settles a comparison as it makes it)
+    build.RULES[_name] = (*build.RULES.get(_name, ()), functools.partial(settled, _name))
 
 
 def subscript(arr: Expr, key: Any, guarded: bool = False) -> Expr:
