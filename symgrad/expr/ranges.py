@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symgrad.expr.node import Expr
+from symgrad.expr.ops import COMPARISONS
 from symgrad.expr.traverse import topo_order
 
 _INF = math.inf
@@ -178,7 +179,7 @@ RULES: dict[str, Callable[..., Range]] = {
     "abs": _abs, "sign": lambda a: Range(-1.0, 1.0, False, a.nan),
     "floor": _monotone(np.floor), "ceil": _monotone(np.ceil),
     "maximum": _extreme(max), "minimum": _extreme(min), "relu": lambda a: _extreme(max)(a, Range(0.0, 0.0)),
-    **{c: (lambda a, b: _COMPARISON) for c in ("lt", "le", "gt", "ge", "eq", "ne")},
+    **{c: (lambda a, b: _COMPARISON) for c in COMPARISONS},
     "where": lambda c, a, b: _either(a, b),
     "floor_divide": _by_constant(_floor_divide), "mod": _by_constant(_mod),
 }
