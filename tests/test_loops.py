@@ -647,3 +647,46 @@ def test_two_scatters_into_one_gradient_add_in_the_same_order_on_every_loop_back
     want = (np.roll(x, 3, axis=1) + np.roll(x, -2, axis=0) + np.roll(x, -3, axis=1) + np.roll(x, 2, axis=0))
     assert np.array_equal(got["vm"], got["numba"]) and np.array_equal(got["c"], got["numba"])
     np.testing.assert_allclose(got["vm"], want, rtol=1e-14, atol=1e-15)
+
+
+def test_scatters_reaching_no_element_in_common_add_in_one_loop_on_every_backend():
+    """The adjoint of ``sum(sin(x[i % 5]) * (i + 1) + x[i % 5 + 5]**2 * i)`` over i in 0..9 scatters into
+    x's gradient twice, at ``i % 5`` and ``i % 5 + 5``: two disjoint boxes of addresses, so one loop nest
+    adds both (an LSTM's gates: 42 loops fewer); the values and bits are the same on every backend, and
+    those of two rolls, which may reach one element from different iterations, stay in nests of their own."""
+    from symgrad.compile.schedule import schedule
+
+    x, i = array("x", 10), index("i", 10)
+    g = sg.grad(sg.sum(sg.sin(x[i % 5]) * (i + 1.0) + x[i % 5 + 5] ** 2 * i, i), [x])[0]
+    adds = [len(step.nodes) for step in schedule([g]).steps if step.kind == "add"]
+    assert adds == [2], adds
+    v = np.random.default_rng(2).normal(size=10)
+    k = np.arange(5)
+    want = np.concatenate([np.cos(v[:5]) * (2 * k + 7), 2 * v[5:] * (2 * k + 5)])
+    got = {b: sg.compile(g, [x], backend=b)(v) for b in ("vm", "numba", *(("c",) * c_backend.available()))}
+    np.testing.assert_allclose(got["vm"], want, rtol=1e-14)
+    for b in got:
+        np.testing.assert_array_equal(got[b], got["vm"])
+
+    y, j = array("y", 8), index("j", 8)
+    rolled_twice = sg.grad(sg.sum(y[(j + 3) % 8] * y[j] + y[(j + 5) % 8] * y[j] ** 2, j), [y])[0]
+    assert all(len(step.nodes) == 1 for step in schedule([rolled_twice]).steps if step.kind == "add")
+
+
+def test_a_scatter_a_range_settles_to_zero_adds_no_loop_there():
+    """A scatter over 56 entries of ``where(k // 14 < 1, sin(g[k]), 0) + where(k // 14 >= 3, g[k]**2, 0)``
+    at ``k % 14`` (an LSTM gradient's gates, from a concatenation of four parts): its loop runs the first
+    and last parts' 14 iterations, none adding 0.0 over the 28 between (57 such loops in the LSTM's), with
+    the interpreter's values on every loop backend."""
+    from symgrad.expr.rolled import scatter
+
+    g, k = array("g", 56), index("k", 56)
+    s = scatter(sg.where(k // 14 < 1, sg.sin(g[k]), 0.0) + sg.where(k // 14 >= 3, g[k] ** 2, 0.0), (k % 14,),
+                (k,), (14,))
+    v = np.linspace(-1, 1, 56)
+    want = np.sin(v[:14]) + v[42:] ** 2
+    np.testing.assert_allclose(sg.compile(s, [g], backend="python")(v), want, rtol=1e-15)
+    for backend in ("vm", "numba", *(("c",) * c_backend.available())):
+        np.testing.assert_array_equal(sg.compile(s, [g], backend=backend)(v), want)
+    source = sg.compile(s, [g], backend="numba").source.split("def point")[0]
+    assert "+= 0.0" not in source and re.findall(r"range\((\d+)\)", source) == ["14", "14"], source

@@ -424,6 +424,23 @@ def test_a_comparison_of_index_arithmetic_its_ranges_settle_is_made_as_1_or_0(na
     assert np.array_equal(got, values)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["mod", "floor_divide"]), st.integers(-3, 3), st.integers(-30, 30), st.integers(1, 9),
+       st.sampled_from([-7, -3, -1, 1, 2, 5, 14]))
+def test_a_remainder_or_quotient_of_index_arithmetic_in_one_block_is_made_without_it(name, c, k, n, d):
+    """``(i + 14) % 14`` over i in 0..13 is ``i`` and ``(i + 14) // 14`` is 1 as they are made (the gates
+    of a concatenation's adjoint); where the range spans blocks the op stays; either way the value at
+    every index is Python's floored one."""
+    i = index("i", n)
+    made = ops.OPS[name](c * i + k, float(d))
+    py = (lambda a: a % d) if name == "mod" else (lambda a: a // d)
+    values = [float(py(c * a + k)) for a in range(n)]
+    one_block = len({(c * a + k) // d for a in range(n)}) == 1
+    assert (name in {m.op.name for m in sg.expr.traverse.topo_order([made])}) == (not one_block)
+    assert made.op.name != "const" or one_block and (name == "floor_divide" or c == 0)
+    assert np.array_equal(np.broadcast_to(sg.evaluate(tensor(made + 0 * i, i), {}), (n,)), values)
+
+
 def test_a_slice_of_a_concatenation_reads_its_part():
     a, h = sg.array("a", 70), sg.array("h", 70)
     f = sg.jit(lambda a, h: np.sum(np.concatenate([a, h, a])[70:140] * 2.0))

@@ -357,6 +357,9 @@ def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: 
 def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Region) -> None:
     """The loop nest filling tensors (element at their indices, the group sharing the first one's
     indices) or a scatter (adding at its addresses)."""
+    group = [n for n in group if n.op.name != "scatter" or not _zero(n.args[0])]  # (an adjoint settled to 0)
+    if not group:
+        return
     first = group[0]
     k = 0 if first.op.name == "tensor" else first.payload[1]
     indices = tuple(emitter.fresh_index(i) for i in first.args[1 + k:])  # fresh: no body binds them
@@ -377,7 +380,8 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
             j, found = special  # the bodies with i = j + lo, the conditions on i this range decides decided
             inner = _Region(top, frozenset({j}), {j: emitter.fresh("i")})
             _fill(group, found, (j,), inner, buffers, emitter, top, accumulators, f" + {lo}")
-            top.lines += _blocked(inner.loops[j], str(hi - lo), inner.lines, emitter.fresh, lo)
+            if inner.lines:
+                top.lines += _blocked(inner.loops[j], str(hi - lo), inner.lines, emitter.fresh, lo)
         for node, slots in accumulators.items():
             if interleaved(node):
                 top.names[node] = emitter.fresh("a")
@@ -386,6 +390,10 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     for depth, (i, level) in enumerate(zip(indices, levels)):
         top.lines.append("    " * depth + f"for {level.loops[i]} in range({i.payload[1]}):")
         top.lines += ["    " * (depth + 1) + line for line in level.lines]
+
+
+def _zero(body: Expr) -> bool:
+    return body.op.name == "const" and body.payload == 0.0
 
 
 def _renamed(node: Expr, indices: tuple) -> tuple[Expr, list[Expr]]:
@@ -400,6 +408,8 @@ def _fill(group: list[Expr], renamed: list, indices: tuple, inner: _Region, buff
     """The lines of a nest's innermost loop (in ``inner``): each tensor's element stored, each scatter's
     added, each reduction riding along accumulated (``accumulators``: their names, made once)."""
     for node, (body, addresses) in zip(group, renamed):
+        if node.op.name == "scatter" and _zero(body):
+            continue  # (a range in which its comparisons settle it to 0: a concatenation's other parts)
         value = emitter.value(body, inner)
         if node.op.name in REDUCTIONS and interleaved(node):  # a long sum riding along: its slots
             if node not in accumulators:

@@ -77,11 +77,9 @@ def schedule(outputs: list[Expr]) -> Schedule:
             else:
                 home[rest] = total
                 steps.append(Step("fill", (rest,)))
-            for sc in scatters:  # (a nest each: the loop VM runs a nest's rows a block of lanes at a time, so
-                # two scatters of one nest reaching an element from different iterations added in another
-                # order than the compiled loops: a gradient of two np.rolls, the last bit of 8 entries in 72)
-                home[sc] = total
-                steps.append(Step("add", (sc,)))
+            for nest in _nests(scatters):
+                home.update(dict.fromkeys(nest, total))
+                steps.append(Step("add", tuple(nest)))
     done = Schedule(outputs, order, steps, home, _fused(order, outputs, units))
     verify(done)
     return done
@@ -273,6 +271,26 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
             home = len(units) - 1
         unit_of[node] = home
     return units
+
+
+def _nests(scatters: list[Expr]) -> list[list[Expr]]:
+    """The scatters adding into one tensor in loop nests: over the same ranges, each nest's scatters
+    reaching no element in common (disjoint boxes of addresses: the gates of a concatenation's
+    adjoint, one loop). Two that may reach one element are in nests of their own: the loop VM runs a
+    nest's rows a block of lanes at a time, and added such two in another order than the compiled
+    loops (a gradient of two np.rolls, the last bit of 8 entries in 72)."""
+    nests: list[tuple[tuple, list[Expr], list[list[tuple[int, int]]]]] = []
+    for sc in scatters:
+        box = [value_range(a) for a in sc.args[1:1 + sc.payload[1]]]
+        for size, nest, boxes in nests:
+            if size == ranges(sc) and all(any(hi < lo2 or hi2 < lo for (lo, hi), (lo2, hi2) in zip(box, other))
+                                          for other in boxes):
+                nest.append(sc)
+                boxes.append(box)
+                break
+        else:
+            nests.append((ranges(sc), [sc], [box]))
+    return [nest for _, nest, _ in nests]
 
 
 def ranges(node: Expr) -> tuple:

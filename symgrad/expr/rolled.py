@@ -211,8 +211,32 @@ def settled(name: str, a: Expr, b: Expr) -> Expr | None:
     return build.const(1.0) if holds(ra, rb) else build.const(0.0) if fails(ra, rb) else None
 
 
+def settled_division(name: str, a: Expr, b: Expr) -> Expr | None:
+    """``a % b`` or ``a // b`` (``name``: mod, floor_divide) of an index expression ``a`` by a whole
+    constant where ``a``'s range lies in one block of ``b``: ``a - k*b`` and ``k``, else None. The gates
+    of a concatenation's adjoint read ``(i + 14) % 14`` over i in 0..13, which is ``i``.
+
+    >>> i, d = index("i", 14), build.const(14.0)
+    >>> settled_division("mod", i + 14, d), settled_division("floor_divide", i + 14, d)
+    (i, 1)
+    """
+    c = _divisor(b)
+    if not c or not a.free or a.op.name not in _INDEX_OPS:
+        return None
+    try:
+        lo, hi = value_range(a)
+    except (NotAnIndex, OverflowError):
+        return None
+    if lo // c != hi // c:
+        return None
+    k = lo // c
+    return build.const(float(k)) if name == "floor_divide" else canonical(a - k * c) if k else a
+
+
 for _name in _DECIDED:  # (build.py's table of rewrites: apply settles a comparison as it makes it)
     build.RULES[_name] = (*build.RULES.get(_name, ()), functools.partial(settled, _name))
+for _name in ("mod", "floor_divide"):
+    build.RULES[_name] = (*build.RULES.get(_name, ()), functools.partial(settled_division, _name))
 
 
 def subscript(arr: Expr, key: Any, guarded: bool = False) -> Expr:
@@ -424,17 +448,11 @@ def canonical(e: Expr) -> Expr:
     (j, i + 1)
     """
     if e.op.name == "mod" and e.args[1].op.name == "const":
-        m = e.args[1].payload
         inner = e.args[0]
         if inner.op.name in ("add", "sub"):  # (a % m + c) % m = (a + c) % m, either argument order
             inner = apply(inner.op, tuple(a.args[0] if a.op.name == "mod" and a.args[1] is e.args[1] else a
                                           for a in inner.args))
-        inner = canonical(inner)
-        try:
-            lo, hi = value_range(inner)
-        except TypeError:  # not an index expression (a value compared modulo m): as it is
-            return e
-        return inner if 0 <= lo and hi < m else apply(ops.OPS["mod"], (inner, e.args[1]))
+        return apply(ops.OPS["mod"], (canonical(inner), e.args[1]))  # (settled_division: in one block, no %)
     form = affine(e)
     if form is None:
         return e
