@@ -300,6 +300,30 @@ def test_a_long_kernel_under_auto_runs_unvectorised_first_then_vectorised_with_t
     assert value2 == value and np.array_equal(g2, g)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux") or sys.version_info < (3, 11),
+                    reason="reads /proc; Popen's process_group")
+def test_a_background_builds_compilers_run_at_the_lowest_priority_in_this_session(first_on_c, monkeypatch,
+                                                                                  tmp_path):
+    """The full build in the background yields the cores to the caller (nice 19), in this process's session
+    (Linux's autogroups share the CPU between sessions alike, whatever their nice); the first call's own
+    quick build runs at the caller's priority."""
+    log, cc = tmp_path / "nices", tmp_path / "nicecc"
+    stat = '$(cut -d" " -f19 /proc/$$/stat) $(cut -d" " -f6 /proc/$$/stat)'  # (its nice, its session)
+    cc.write_text(f'#!/bin/sh\ncase "$*" in *-Og*build-*) level=quick;; *build-*) level=full;; *) level=;; esac\n'
+                  f'[ -n "$level" ] && echo "$level {stat}" >> {log}\nexec {c_backend.compiler()[0]} "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setattr(tiers, "NUMBA_TIER", False)
+    monkeypatch.setattr(c_backend, "QUICK_LINES", 0)
+    f, x, v, want = _fresh()
+    vg = sg.value_and_grad(f, [x])
+    assert vg(v)[0] == pytest.approx(want, rel=1e-14) and vg.ready().backend == "c"
+    runs = [line.split() for line in log.read_text().splitlines()]
+    nice, session = os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0)
+    assert {level for level, _, _ in runs} == {"quick", "full"}, runs
+    assert all(int(n) == (nice if level == "quick" else 19) and int(s) == session for level, n, s in runs), runs
+
+
 def test_a_script_that_ends_while_a_tier_builds_stops_the_compiler_and_leaves_no_folder(tmp_path):
     """The background build of a tier is not waited for at exit: the compiler (and what it started) is killed
     and its folder removed, with nothing printed (the folder's remover had raced the compiler writing), and
