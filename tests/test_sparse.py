@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -613,3 +614,31 @@ def test_an_assembly_of_runs_and_loose_values_is_bincounts(seed):
     if count >= sparse_loops.RUN_MIN and np.array_equal(slots, np.arange(width)) and \
             positions.size == width * count and in_order and not shuffled:
         assert [run[3:] for run in assembly.runs] == [(count, width)]  # (one transposed block)
+
+
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+def test_the_sparse_loops_are_built_on_a_thread_of_their_own_while_the_first_sparse_function_traces(
+        monkeypatch, tmp_path):
+    """Where neither the process nor the cache has them (a new machine), the colouring and assembly loops'
+    C is built on a thread beside the trace (0.08 s of a fresh process's first sparse result, waited for
+    after the trace before), and the Hessian is right."""
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    sparse_loops._module.cache_clear()
+    threads, build = [], c_backend.build
+
+    def recording(text, stem, *args, **kwargs):
+        if stem == "sparse_loops":
+            threads.append(threading.current_thread().name)
+        return build(text, stem, *args, **kwargs)
+
+    monkeypatch.setattr(c_backend, "build", recording)
+    try:
+        x = np.linspace(-1.0, 1.5, 300)
+        H = sg.hessian(rosen, sparse=True)(x)
+        for thread in threading.enumerate():
+            if thread.name == "symgrad-sparse-loops":
+                thread.join()
+    finally:
+        sparse_loops._module.cache_clear()  # (this cache folder's objects: not the next test's)
+    assert "symgrad-sparse-loops" in threads, threads
+    np.testing.assert_allclose(H.toarray(), rosen_hessian(x).toarray(), rtol=1e-13, atol=1e-12)

@@ -3,14 +3,17 @@
 ``dot_3_vm``: which of gemm, gemv or dot, which operand is transposed, the leading dimensions), so a
 product in the C tier gives the bits of the loop VM's and the Numba loops' (results never depend on the
 tier that ran), at BLAS's speed. The routines' addresses are handed to each shared object once loaded
-(``sg_set_blas``). Exported C (``sg.export_c``) has no BLAS to call: its products stay loop nests.
+(``sg_set_blas``): those of the OpenBLAS a SciPy wheel bundles, which ``cython_blas`` calls, loaded without
+importing ``scipy.linalg``. Exported C (``sg.export_c``) has no BLAS to call: its products stay loop nests.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import threading
+from pathlib import Path
 
 # (C99 has no conversion from void* to a function pointer; every compiler symgrad builds with does it)
 SOURCE = """typedef void (*sg_gemm_t)(char*, char*, int*, int*, int*, double*, double*, int*, double*, int*,
@@ -95,11 +98,17 @@ def prefetch() -> None:
 
 @functools.cache
 def addresses() -> tuple[int, int, int]:
-    """The addresses of SciPy's dgemm, dgemv and ddot (``scipy.linalg.cython_blas``, Numba's BLAS).
+    """The addresses of SciPy's dgemm, dgemv and ddot (``scipy.linalg.cython_blas``, Numba's BLAS): those of
+    the OpenBLAS a SciPy wheel bundles, loaded as it is (2 ms, where importing ``scipy.linalg`` takes 0.15 s:
+    a fresh process's first result waited for it), which ``cython_blas``'s functions call; else theirs.
 
     >>> all(addresses())
     True
     """
+    bundled = _bundled()
+    if bundled is not None:
+        return tuple(ctypes.cast(getattr(bundled, f"scipy_{f}_"), ctypes.c_void_p).value  # type: ignore
+                     for f in ("dgemm", "dgemv", "ddot"))
     from scipy.linalg import cython_blas
 
     api = ctypes.pythonapi  # (functions of their own: the shared ones' argument types are left as they are)
@@ -107,3 +116,18 @@ def addresses() -> tuple[int, int, int]:
     pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
     capsules = [cython_blas.__pyx_capi__[f] for f in ("dgemm", "dgemv", "ddot")]
     return tuple(pointer(c, name(c)) for c in capsules)  # type: ignore[return-value]
+
+
+def _bundled() -> ctypes.CDLL | None:
+    """The OpenBLAS a SciPy wheel bundles (``scipy.libs/libscipy_openblas*``), with SciPy's names for its
+    routines (``scipy_dgemm_``), found without importing SciPy; None where there is not exactly one."""
+    spec = importlib.util.find_spec("scipy")
+    folders = [Path(f).parent / "scipy.libs" for f in (spec.submodule_search_locations or [])] if spec else []
+    found = [p for folder in folders for p in folder.glob("libscipy_openblas*.so*")]
+    if len(found) != 1:
+        return None
+    try:
+        lib = ctypes.CDLL(str(found[0]))
+    except OSError:
+        return None
+    return lib if all(hasattr(lib, f"scipy_{f}_") for f in ("dgemm", "dgemv", "ddot")) else None

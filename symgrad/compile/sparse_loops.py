@@ -12,8 +12,10 @@ loop VM. Both add in the same order: the same bits.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -125,6 +127,22 @@ def _module() -> Any:
     """The loops: C's where a compiler is found, else Numba's (same names, same arguments)."""
     library = _c_library()
     return cache.load("sparse_loops_v1", _SOURCE) if library is None else library
+
+
+def prefetch() -> None:
+    """Build the C loops on a thread of their own where neither this process nor the cache has them (once
+    per machine: 0.08 s of gcc that a sparse Jacobian's first result otherwise waited for after its trace
+    instead of during it).
+
+    >>> prefetch()
+    """
+    if _module.cache_info().currsize == 0 and c_backend.available():
+        threading.Thread(target=_built, name="symgrad-sparse-loops", daemon=True).start()
+
+
+def _built() -> None:
+    with contextlib.suppress(c_backend.CompilerError):  # (_c_library tries again, and falls back, when used)
+        c_backend.build(_C_SOURCE, "sparse_loops")
 
 
 def _c_library() -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
+from symgrad.compile import sparse_loops
 from symgrad.compile.function import compile
 from symgrad.compile.sparse_loops import Assembly, colour_columns
 from symgrad.expr import diff as symbolic
@@ -63,6 +64,7 @@ class RolledSparse:
     """
 
     def __init__(self, owner: Any, args: tuple, kwargs: dict) -> None:
+        sparse_loops.prefetch()  # (built while this traces)
         self.argnum, self.hessian = owner.argnums_spec, owner.transform == "hessian"
         # The one trace: of the gradient (a Hessian's rows) or of the function itself (a Jacobian's).
         how = type(owner)(owner.fn, "grad" if self.hessian else "jit", argnums=self.argnum,
