@@ -13,6 +13,7 @@ says so.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import platform
@@ -870,6 +871,7 @@ def gradbench() -> None:
         name = f"gradbench {problem}: {what}"
         base = base_first = want = limit = seconds = None
         if jax_ns is not None:
+            gc.collect()  # (a first result without the collection that the rows before left due: 0.2-0.9 s)
             start = time.perf_counter()
             jf, args = make(jax_ns)
             want = jax.block_until_ready(jf(*args))
@@ -880,6 +882,7 @@ def gradbench() -> None:
             row(name, "JAX jax.jit", "per call", base, base)
         if manual is not None:
             limit = hand_cpp(name, manual, make.gradbench, base_first, base)
+        gc.collect()
         start = time.perf_counter()
         try:
             with warnings.catch_warnings(record=True) as caught:
