@@ -201,11 +201,8 @@ def settled(name: str, a: Expr, b: Expr) -> Expr | None:
     >>> settled("lt", k + 70, build.const(70.0)), settled("lt", k, build.const(35.0))
     (0, None)
     """
-    if not (a.free or b.free) or a.op.name not in _INDEX_OPS or b.op.name not in _INDEX_OPS:
-        return None
-    try:
-        ra, rb = value_range(a), value_range(b)
-    except (NotAnIndex, OverflowError):
+    ra, rb = (_index_span(a), _index_span(b)) if a.free or b.free else (None, None)
+    if ra is None or rb is None:
         return None
     holds, fails = _DECIDED[name]
     return build.const(1.0) if holds(ra, rb) else build.const(0.0) if fails(ra, rb) else None
@@ -221,16 +218,22 @@ def settled_division(name: str, a: Expr, b: Expr) -> Expr | None:
     (i, 1)
     """
     c = _divisor(b)
-    if not c or not a.free or a.op.name not in _INDEX_OPS:
+    span = _index_span(a) if c and a.free else None
+    if span is None or span[0] // c != span[1] // c:
+        return None
+    k = span[0] // c
+    return build.const(float(k)) if name == "floor_divide" else canonical(a - k * c) if k else a
+
+
+def _index_span(e: Expr) -> tuple[int, int] | None:
+    """``value_range(e)`` where ``e`` is index arithmetic (an op of it at the top, as apply's rules meet it),
+    else None."""
+    if e.op.name not in _INDEX_OPS:
         return None
     try:
-        lo, hi = value_range(a)
+        return value_range(e)
     except (NotAnIndex, OverflowError):
         return None
-    if lo // c != hi // c:
-        return None
-    k = lo // c
-    return build.const(float(k)) if name == "floor_divide" else canonical(a - k * c) if k else a
 
 
 for _name in _DECIDED:  # (build.py's table of rewrites: apply settles a comparison as it makes it)
