@@ -266,3 +266,28 @@ def test_a_scan_over_running_sums_reading_a_strided_slice_of_a_product_has_a_gra
     np.testing.assert_allclose(want[0], fd, rtol=1e-6, atol=1e-8)
     _, tangent = sg.jvp(lambda x: f(x, w), (x,), (np.ones(48),))  # forward mode's scan: the same substitution
     assert tangent == pytest.approx(np.sum(want[0]), rel=1e-10)
+
+
+@pytest.mark.parametrize("n", [16, 20])
+def test_a_step_reading_many_scalars_of_an_element_traced_array_has_a_gradient(n):
+    """The fuzzer's reproducer: a step reading ``w[:16]`` of a small array (traced element by element: 16
+    scalars) summed their adjoints in the reverse carry, one concatenation of 17 parts, which raised the
+    TracingError meant for a Python loop over rows; past 15 the rest are summed by the reverse sweep."""
+    def f(w):
+        def step(h, _):
+            h = h * 0.9 + np.sum(h * w[:16]) * 0.1
+            return h, h
+        _, ys = sg.scan(step, np.linspace(0.5, 1.0, 16), length=5)
+        return np.sum(ys)
+
+    def loop(w):
+        h, total = np.linspace(0.5, 1.0, 16).astype(w.dtype), 0.0
+        for _ in range(5):
+            h = h * 0.9 + np.sum(h * w[:16]) * 0.1
+            total += np.sum(h)
+        return total
+
+    w = RNG.normal(size=n)
+    value, grad = sg.value_and_grad(f, backend="python")(w)
+    assert value == pytest.approx(loop(w), rel=1e-12)
+    np.testing.assert_allclose(grad, complex_step_grad(loop, w), rtol=1e-12, atol=1e-14)

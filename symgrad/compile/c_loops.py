@@ -115,6 +115,8 @@ class _Expression(_ToC):
 
     def visit_Call(self, node: ast.Call) -> str:
         name = ast.unparse(node.func)
+        if re.fullmatch(r"piece\d+", name):  # (a split kernel's piece: pieces.Split.driver)
+            return f"sg_{name}(x, p, out, work, iwork, status, sc, si)"
         args = [self.visit(a) for a in node.args]
         if name in ("min", "max") and all(self.kernel.type_of(a) == INT for a in node.args):
             return f"sg_i{name}({', '.join(args)})"
@@ -237,6 +239,8 @@ class _Kernel:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
                 ast.unparse(node.value.func) == "np.dot":
             return self._dot(node.value)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):  # (a split kernel's piece)
+            return [f"{_Expression(self).visit(node.value)};"]
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
             if isinstance(target, ast.Subscript):
@@ -390,33 +394,41 @@ def loop_c(parts: KernelParts, blas: bool = False) -> LoopC:
 
 
 def _head(lines: Sequence[str], body: Sequence[str], tables: Sequence[str],
-          products: str = c_blas.SOURCE) -> list[str]:
+          products: str = c_blas.SOURCE, blas: bool = False) -> list[str]:
     """A file's lines before its functions (their C ``lines``, from the Python ``body``): the prelude, the
     helpers and special functions they call (``products``: the BLAS products' definitions, or in a file
-    beside the one holding them their prototypes), and ``tables``."""
+    beside the one holding them their prototypes, where they call them or ``blas``), and ``tables``."""
     used = {n for n in c_functions.NAMES if any(f"special.{n}(" in line for line in body)}
     sorts = [SORT] if any("sg_argsort(" in line for line in lines) else []
     fast = [c_fastmath.SOURCE] if any(fastmath.CALLS.search(line) for line in body) else []
-    blas = [products] if _calls_blas(lines) else []
-    return [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *fast, *sorts, *blas,
+    calls = [products] if blas or _calls_blas(lines) else []
+    return [PRELUDE, c_functions.HELPERS, LOOP_PRELUDE, *fast, *sorts, *calls,
             *c_functions.definitions(used, helpers=False), *tables]
 
 
 # Lines of a kernel's Python from which its C is split into files built at once where there are cores (the
 # gradient of 10 steps of an ODE's RK4, 850 lines: 0.5 s in one file, 0.3 s in two)
 SPLIT_LINES = 500
+PIECE_LINES = 100
 
 
 def _calls_blas(lines: Sequence[str]) -> bool:
     return any("sg_mm(" in line or "sg_mv(" in line for line in lines)
 
 
+_PIECE = ("const double* x, const double* p, double* out, double* work, long long* iwork, int* status, "
+          "double* sc, long long* si")  # (a piece's arguments)
+_UNUSED = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status; (void)sc; (void)si;"
+
+
 def loop_c_pieces(parts: KernelParts, files: int, blas: bool = False) -> tuple[LoopC, list[str]]:
     """The loop kernel ``parts`` as ``loop_c`` gives it, its body cut into the pieces of Numba's split
     kernel (pieces.py: whole top-level statements, the scalars one piece leaves to a later one in ``sc`` and
     ``si``) when it is longer than ``pieces.SPLIT_LINES`` (``SPLIT_LINES`` where ``files`` > 1), each piece a
-    function of its own in one of ``files`` further C files, so a compiler can build them at once (an LSTM's
-    gradient, 8000 lines: 4.3 s in one file). The pieces run in turn; their sorts share the scratch after the
+    function of its own in one of ``files`` C files, so a compiler can build them at once (an LSTM's
+    gradient, 8000 lines: 4.3 s in one file); the lightest is the kernel's, calling the pieces in turn. A
+    long loop's body (a scan's over its steps) is cut too, its pieces called inside it (an ODE gradient's
+    1,400 lines: -O2 0.15 -> 0.10 s of gcc on two cores). Their sorts share the scratch after the
     workspace.
 
     >>> import symgrad as sg
@@ -426,39 +438,46 @@ def loop_c_pieces(parts: KernelParts, files: int, blas: bool = False) -> tuple[L
     >>> with pieces.sized(0, 2):
     ...     kernel, files = loop_c_pieces(parts([sg.sum(x[i] ** 2, i), sg.tensor(x[i] * 2.0, i)], [x]), 2)
     >>> len(files), "sg_piece0(x, p, out, work, iwork, status, sc, si);" in kernel.text
-    (2, True)
+    (1, True)
     """
     if len(parts.body) <= (pieces.SPLIT_LINES if files == 1 else min(pieces.SPLIT_LINES, SPLIT_LINES)):
         return loop_c(parts, blas), []
-    bodies, floats, ints = pieces.split(list(parts.body), set(parts.integers))
-    arguments = ("const double* x, const double* p, double* out, double* work, long long* iwork, int* status, "
-                 "double* sc, long long* si")
-    kernels = [_Kernel(replace(parts, body=tuple(body)), (floats, ints), blas) for body in bodies]
+    size = min(pieces.PIECE_LINES, max(PIECE_LINES, len(parts.body) // (2 * files)))  # (two a file, or more)
+    cut = pieces.split(list(parts.body), set(parts.integers), size, loops=True)
+    bodies, spills = cut.pieces, (cut.floats, cut.ints)
+    kernels = [_Kernel(replace(parts, body=tuple(body)), spills, blas) for body in bodies]
     functions = []
     for k, (body, kernel) in enumerate(zip(bodies, kernels, strict=True)):
-        unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status; (void)sc; (void)si;"
-        functions.append((body, kernel, [f"double sg_piece{k}({arguments}) {{", *kernel.decls, unused,
+        functions.append((body, kernel, [f"double sg_piece{k}({_PIECE}) {{", *kernel.decls, _UNUSED,
                                          *kernel.body, "}", ""]))
+    driver = _Kernel(replace(parts, head=(), body=tuple(cut.driver)), spills)
+    entry = [*(f"double sg_piece{k}({_PIECE});" for k in range(len(bodies))),
+             "static double sg_kernel(const double* x, const double* p, double* out, double* work,",
+             "                        long long* iwork, int* status) {",
+             f"    double sc[{max(cut.floats, 1)}] = {{0}};", f"    long long si[{max(cut.ints, 1)}] = {{0}};",
+             *driver.decls, *driver.body, "}", ""]
+    texts = _files(functions, files, entry, kernels[0].tables, any(_calls_blas(k.body) for k in kernels))
+    extra_w, extra_iw = max(k.extra_w for k in kernels), max(k.extra_iw for k in kernels)
+    return LoopC(texts[0], parts.work + extra_w, extra_iw), texts[1:]
+
+
+def _files(functions: list[tuple[list[str], _Kernel, list[str]]], files: int, entry: list[str],
+           tables: list[str], blas: bool) -> list[str]:
+    """The C files of a split kernel's ``functions`` (each its Python, kernel and C lines), at most ``files``
+    of about equal length; the lightest also holds ``entry`` (the kernel calling the pieces) and, where any
+    piece calls BLAS (``blas``), the products' definitions (the others their prototypes)."""
     groups: list[list] = [[] for _ in range(min(files, len(functions)))]
     for function in sorted(functions, key=lambda f: -len(f[2])):  # (the longest first, to the lightest file)
         min(groups, key=lambda g: sum(len(f[2]) for f in g)).append(function)
     texts = []
-    for group in groups:
+    for k, group in enumerate(sorted(groups, key=lambda g: sum(len(f[2]) for f in g))):
         lines = [line for _, _, function in group for line in function]
         read = set(re.findall(r"\bTABLE\d+\b", "\n".join(lines)))
-        tables = [t for t in kernels[0].tables if t.split("[", 1)[0].split()[-1] in read]
         python = [line for b, _, _ in group for line in b]
-        texts.append("\n".join([*_head(lines, python, tables, c_blas.PROTOTYPES), *lines]))
-    prototypes = [f"double sg_piece{k}({arguments});" for k in range(len(bodies))]
-    calls = [f"    sg_piece{k}(x, p, out, work, iwork, status, sc, si);" for k in range(len(bodies) - 1)]
-    products = [c_blas.SOURCE] if any(_calls_blas(k.body) for k in kernels) else []
-    text = "\n".join([PRELUDE, *products, *prototypes,
-                      "static double sg_kernel(const double* x, const double* p, double* out, double* work,",
-                      "                        long long* iwork, int* status) {",
-                      f"    double sc[{max(floats, 1)}];", f"    long long si[{max(ints, 1)}];", *calls,
-                      f"    return sg_piece{len(bodies) - 1}(x, p, out, work, iwork, status, sc, si);", "}", ""])
-    extra_w, extra_iw = max(k.extra_w for k in kernels), max(k.extra_iw for k in kernels)
-    return LoopC(text, parts.work + extra_w, extra_iw), texts
+        head = _head(lines, python, [t for t in tables if t.split("[", 1)[0].split()[-1] in read],
+                     c_blas.SOURCE if k == 0 else c_blas.PROTOTYPES, blas and k == 0)
+        texts.append("\n".join([*head, *lines, *(entry if k == 0 else ())]))
+    return texts
 
 
 def kernel_source(kernel: LoopC, parts: KernelParts) -> str:

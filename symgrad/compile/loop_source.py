@@ -136,13 +136,12 @@ def _indented(lines: list[str]) -> str:
 
 def _split_kernel(body: list[str], integers: set[str]) -> str:
     """The kernel as Numba pieces (see symgrad.compile.pieces) that a plain Python function calls in turn."""
-    parts, floats, ints = pieces.split(body, integers)
+    cut = pieces.split(body, integers)
     defs = "".join(f"\n\n{_JIT}def piece{k}(x, p, out, work, sc, si):\n{_indented(part)}\n"
-                   for k, part in enumerate(parts))
-    calls = "".join(f"    piece{k}(x, p, out, work, sc, si)\n" for k in range(len(parts) - 1))
-    return (defs + f"\n\nPIECES = {len(parts)}\n\n\ndef kernel(x, p, out, work):\n"
-            f"    sc, si = np.empty({floats}), np.empty({ints}, dtype=np.int64)\n{calls}"
-            f"    return piece{len(parts) - 1}(x, p, out, work, sc, si)\n")
+                   for k, part in enumerate(cut.pieces))
+    spills = f"    sc, si = np.zeros({cut.floats}), np.zeros({cut.ints}, dtype=np.int64)\n"
+    kernel = f"def kernel(x, p, out, work):\n{spills}{_indented(cut.driver)}\n"
+    return defs + f"\n\nPIECES = {len(cut.pieces)}\n\n\n{kernel}"
 
 
 # ``point`` of a kernel with a large workspace (or split): plain Python, the workspace from kernels.take.

@@ -263,10 +263,11 @@ def _carried(step: Step, wanted: list[bool]) -> list[Expr]:
     """The arrays read whole whose adjoints the reverse scan sums in its carry, step by step (as
     JAX's transpose of a scan): those wanted, while they add at most ``CARRIED`` times the carry's
     size to it (every carry is stored; a large matrix read by each step is summed by the sweep, one
-    product over the steps)."""
+    product over the steps), and the carry is one concatenation of at most ``reshaping.MAX_PIECES`` parts
+    (a step reading 16 scalars of an array traced element by element raised, from that limit)."""
     room, out = CARRIED * max(math.prod(step.carry.shape), 64), []
     for k, want in zip(step.consts, wanted):
-        if want and math.prod(k.shape) <= room:
+        if want and math.prod(k.shape) <= room and len(out) < reshaping.MAX_PIECES - 1:
             out.append(k)
             room -= math.prod(k.shape)
     return out
