@@ -690,3 +690,19 @@ def test_a_scatter_a_range_settles_to_zero_adds_no_loop_there():
         np.testing.assert_array_equal(sg.compile(s, [g], backend=backend)(v), want)
     source = sg.compile(s, [g], backend="numba").source.split("def point")[0]
     assert "+= 0.0" not in source and re.findall(r"range\((\d+)\)", source) == ["14", "14"], source
+
+
+def test_a_sum_riding_on_a_scatter_whose_adjoint_settles_to_zero_keeps_its_loop():
+    """The fuzzer's reproducer: the gradient of ``sum(concatenate([w, w])[arange(8) // 2])``, whose second
+    half is never read (its scatter's adjoint settles to 0) and whose value's sum rides in that scatter's
+    nest: the nest lost its leading node and raised TypeError on every loop backend."""
+    def f(x, w):
+        return np.sum(np.concatenate([w, w])[np.arange(x.shape[0]) // 2])
+
+    x, w = np.ones((8, 8)), np.linspace(-1, 1, 64)
+    want = np.zeros(64)
+    want[:4] = 2.0
+    for backend in ("python", "vm", "numba", *(("c",) * c_backend.available())):
+        value, grad = sg.value_and_grad(f, argnums=1, backend=backend)(x, w)
+        assert value == pytest.approx(2 * w[:4].sum(), rel=1e-14)
+        np.testing.assert_array_equal(grad, want)

@@ -356,10 +356,10 @@ def _running(node: Expr, buffers: dict, emitter: _Emitter, top: _Region, fused: 
 def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Region) -> None:
     """The loop nest filling tensors (element at their indices, the group sharing the first one's
     indices) or a scatter (adding at its addresses)."""
-    group = [n for n in group if n.op.name != "scatter" or not _zero(n.args[0])]  # (an adjoint settled to 0)
+    first = group[0]  # (its loops: also where its body is an adjoint settled to 0 and others ride on them)
+    group = [n for n in group if n.op.name != "scatter" or not _zero(n.args[0])]
     if not group:
         return
-    first = group[0]
     k = 0 if first.op.name == "tensor" else first.payload[1]
     indices = tuple(emitter.fresh_index(i) for i in first.args[1 + k:])  # fresh: no body binds them
     levels, region = [], top  # one region per loop: what varies over the outer indices only is hoisted
