@@ -400,6 +400,22 @@ def test_a_large_workspace_is_faulted_in_while_the_compiler_runs(first_on_c, mon
     assert had_spare[:1] == [True]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise(MADV_POPULATE_WRITE) is Linux's")
+def test_a_workspace_populated_on_advice_keeps_what_it_holds_and_has_its_pages_in():
+    """The first call runs while a thread has the kernel fault its workspace in (no waiting for it): the
+    advice writes nothing (a call under way keeps its values) and leaves no page to fault in."""
+    import resource
+
+    assert kernels._populates()  # (Linux 5.14 and later; this machine's)
+    work = np.empty(1 << 21)  # 16 MiB
+    work[:1000] = np.arange(1000.0)
+    assert kernels._populate(work) == 0
+    np.testing.assert_array_equal(work[:1000], np.arange(1000.0))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    work[::512] = 1.0  # (a write a page: 4096 pages)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 200
+
+
 def test_past_the_programs_cap_auto_leaves_the_c_tier_out(first_on_c, monkeypatch):
     """Loaded shared objects are never unloaded: past $SYMGRAD_MAX_PROGRAMS of them "auto" builds no more."""
     x = sg.Var("x")
