@@ -171,9 +171,12 @@ def test_a_trace_without_rolled_form_says_so_once_and_explains():
 
 
 def test_long_loop_programs_compile_in_pieces_under_auto(numba_tier, monkeypatch):
-    from symgrad.compile import function, loop_vm, pieces
+    from symgrad.compile import function, loop_vm, pieces, tiers
 
-    # Even where the loop VM is not compiled yet (seconds), a long program runs on it first (minutes of Numba).
+    # Even where the loop VM is not compiled yet (seconds), a long program runs on it first (minutes of Numba),
+    # where no C compiler is (with one, Numba's kernels replace the C ones only where a timed call finds them
+    # faster: on a loaded machine, not always)
+    monkeypatch.setattr(tiers, "C_TIER", False)
     monkeypatch.setattr(loop_vm, "at_hand", lambda: False)
     monkeypatch.setattr(function, "numba_on_disk", lambda program: False)  # (as in a fresh cache)
     with pieces.sized(10, 4):  # (a kernel of more than 10 lines is long)
