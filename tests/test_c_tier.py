@@ -2,6 +2,7 @@
 objects misbehave: a failing or C++ compiler, objects cut short in the cache or not loadable, a pickled
 function landing where there is no compiler, the cache's size limit, bad arguments on the C kernels."""
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -487,3 +488,34 @@ def test_where_the_disk_holds_both_kernels_the_c_ones_run_first_and_numbas_only_
         built.unlink()
     numba = sg.value_and_grad(f, [x])
     assert numba.backend == "numba" and numba._tiers == [] and numba(v)[0] == value
+
+
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+@pytest.mark.parametrize("split", [False, True])
+def test_an_in_process_kernels_tables_are_given_at_load_not_compiled(split, tmp_path):
+    """A gather's table of positions (a bundle adjustment's: 60,000 numbers, half of gcc's time) is passed to
+    the loaded object (sg_set_tables), not written into its C; in pieces each file declares the ones it
+    reads. The same bits as the loop VM's and Numba's kernels; exported C keeps its tables as arrays."""
+    from symgrad.compile import pieces
+
+    perm = np.random.default_rng(3).permutation(300)
+    back = np.argsort(perm)
+
+    def f(x):
+        y = np.sin(x[perm]) * x
+        return np.sum(y[back] * np.cos(x) + y)
+
+    x = np.linspace(-1.0, 2.0, 300)
+    with pieces.sized(0, 3) if split else contextlib.nullcontext():
+        c = sg.value_and_grad(f, backend="c")
+        got = c(x)
+    source = c.compiled.source
+    assert "sg_set_tables" in source and "extern const long long* TABLE0;" in source
+    assert ", ".join(map(str, perm[:20])) not in source
+    for backend in ("vm", "numba"):
+        want = sg.value_and_grad(f, backend=backend)(x)
+        assert got[0] == want[0] and np.array_equal(got[1], want[1])
+    reference = sg.value_and_grad(f, backend="python")(x)
+    np.testing.assert_allclose(got[1], reference[1], rtol=1e-13, atol=1e-15)
+    exported, _ = sg.export_c(sg.grad(f), x, directory=tmp_path)
+    assert ", ".join(map(str, perm[:20])) in exported.read_text()

@@ -457,7 +457,9 @@ def c_loop_kernels(program: LoopProgram, roots: Any = None) -> Kernels:
     kernel, pieces = c_loops.loop_c_pieces(parts, _cores(), blas=True)
     sizes = parts.nx, parts.n_p, parts.n_out, program.returns_value
     text = c_loops.kernel_source(kernel, parts)
-    made = functools.partial(_kernels, text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces)
+    tables = functools.cache(lambda: c_loops.table_values(parts))  # (parsed once, for either build)
+    made = functools.partial(_kernels, text, f"l{program.key[:16]}", sizes, (kernel.work, kernel.iwork), pieces,
+                             tables=tables)
     if lines(text, pieces) <= QUICK_LINES:
         return made()
     full = made()
@@ -482,11 +484,13 @@ def _built_beside(kernels: Kernels) -> None:
 
 
 def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: tuple[int, int] | None,
-             others: Sequence[str] = (), quick: bool = False, beside: Callable[[], None] | None = None) -> Kernels:
+             others: Sequence[str] = (), quick: bool = False, beside: Callable[[], None] | None = None,
+             tables: Callable[[], list[np.ndarray]] = list) -> Kernels:
     """point / batch / total over the C file ``text``: a straight-line program's, or (``scratch``: the floats
     and integers of workspace each call takes) a loop kernel's, whose calls also take a status (an index
     out of bounds raises IndexError, as the Numba loops); ``quick``: built as ``build`` says; ``beside``:
-    started before building these (a later tier's build, on the core this one leaves)."""
+    started before building these (a later tier's build, on the core this one leaves); ``tables``: the
+    values its tables point at (c_loops.table_values)."""
     nx, n_p, nout, value = sizes
     extra = (_c, _c, _c) if scratch is not None else ()
 
@@ -496,7 +500,10 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
             c_blas.prefetch()
         first = scratch is not None and scratch[0] > FAULTED_MIN and not getattr(_BACKGROUND, "on", False)
         keep = faulted(scratch[0]) if first else None  # (the first call's workspace, while gcc runs)
-        if beside is not None and not getattr(_BACKGROUND, "on", False) and not built(text, stem, others):
+        # (not where a workspace is faulted in meanwhile: that takes the core; least squares at 16392 in a
+        # fresh process: its first result 0.09 -> 0.09-0.14 s)
+        if beside is not None and keep is None and not getattr(_BACKGROUND, "on", False) \
+                and not built(text, stem, others):
             beside()
         lib = load(text, stem, others, quick)
         if keep is not None:
@@ -510,6 +517,10 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
         if hasattr(lib, "sg_set_blas"):  # (its products call Numba's BLAS: c_blas.py)
             lib.sg_set_blas.argtypes, lib.sg_set_blas.restype = (_c, _c, _c), None
             lib.sg_set_blas(*c_blas.addresses())
+        if hasattr(lib, "sg_set_tables"):  # (kept alive by ``tables``' cache while the object is loaded: for good)
+            values = tables()
+            lib.sg_set_tables.argtypes, lib.sg_set_tables.restype = (_c,), None
+            lib.sg_set_tables((_c * len(values))(*(v.ctypes.data for v in values)))
         return lib
 
     def call(fn: Any, *args: Any) -> Any:

@@ -25,6 +25,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from symgrad.compile import c_blas, c_fastmath, c_functions, fastmath, pieces
 from symgrad.compile.c_source import PRELUDE, _ToC
 from symgrad.compile.loop_source import KernelParts
@@ -141,7 +143,7 @@ class _Kernel:
                                         "sc": _View("double", (spills[0],)),  # (a piece's scalars from and
                                         "si": _View("long long", (spills[1],))}  # for the others)
         self.types: dict[str, str] = {}
-        self.tables: list[str] = []
+        self.tables: dict[str, str] = {}  # a table's name -> its C line (in process: the pointer's declaration)
         self.extra_w = self.extra_iw = 0  # the sorts' scratch, after the kernel's own workspace
         self.counter = 0
         for line in parts.head:
@@ -213,13 +215,13 @@ class _Kernel:
 
     def _table(self, line: str) -> None:
         """``TABLE0 = np.array([...], dtype=np.int64).reshape(shape)`` (loop_source's form) as a static array,
-        its list of integers copied as text (parsing a bundle adjustment's tables took 0.5 s)."""
-        name, rest = line.split(" = np.array([", 1)
-        values, shape = rest.split("], dtype=np.int64).reshape(", 1)
-        if not name.isidentifier() or not re.fullmatch(r"-?\d+(, -?\d+)*", values):
-            raise NotImplementedError(f"the C loops: a table line of another form: {line[:80]}")
-        self.views[name] = _View("const long long", tuple(int(n) for n in re.findall(r"\d+", shape)))
-        self.tables.append(f"static const long long {name}[] = {{{values}}};")
+        its list of integers copied as text (parsing a bundle adjustment's tables took 0.5 s); in process
+        (``blas``) a pointer to the values, given when the object is loaded (``table_values``): gcc spent
+        half its time on a bundle adjustment's kernel parsing its tables' 60,000 numbers."""
+        name, (values, shape) = _table_line(line)
+        self.views[name] = _View("const long long", shape)
+        self.tables[name] = (f"extern const long long* {name};" if self.blas else
+                             f"static const long long {name}[] = {{{values}}};")
 
     # ---- statements
     def _block(self, body: list[ast.stmt], depth: int) -> list[str]:
@@ -347,6 +349,32 @@ class _Kernel:
                 f"        {store} = {s};", "    }", "}"]
 
 
+def _table_line(line: str) -> tuple[str, tuple[str, tuple[int, ...]]]:
+    """A table line's name, values (as text) and shape."""
+    name, rest = line.split(" = np.array([", 1)
+    values, shape = rest.split("], dtype=np.int64).reshape(", 1)
+    if not name.isidentifier() or not re.fullmatch(r"-?\d+(, -?\d+)*", values):
+        raise NotImplementedError(f"the C loops: a table line of another form: {line[:80]}")
+    return name, (values, tuple(int(n) for n in re.findall(r"\d+", shape)))
+
+
+def table_values(parts: KernelParts) -> list[np.ndarray]:
+    """The values of the kernel's tables, in order: what an in-process kernel's ``sg_set_tables`` takes.
+
+    >>> from symgrad.compile.loop_source import KernelParts
+    >>> table_values(KernelParts(("TABLE0 = np.array([3, -1], dtype=np.int64).reshape((2,))",), (), 0,
+    ...                           frozenset(), 0, 0, 0))
+    [array([ 3, -1])]
+    """
+    return [np.fromstring(_table_line(line)[1][0], dtype=np.int64, sep=",") for line in parts.head]
+
+
+def _table_setter(names: Sequence[str]) -> list[str]:
+    """The in-process kernel's tables (pointers) and ``sg_set_tables``, which points them at their values."""
+    return [*(f"const long long* {n} = 0;" for n in names), "void sg_set_tables(const long long** values) {",
+            *(f"    {n} = values[{k}];" for k, n in enumerate(names)), "}"]
+
+
 @dataclass(frozen=True)
 class LoopC:
     """A loop kernel in C: ``text`` (the prelude, tables, special functions and ``sg_kernel``), and the
@@ -388,8 +416,9 @@ def loop_c(parts: KernelParts, blas: bool = False) -> LoopC:
     signature = ("static double sg_kernel(const double* x, const double* p, double* out, double* work,\n"
                  "                        long long* iwork, int* status) {")
     unused = "    (void)x; (void)p; (void)out; (void)work; (void)iwork; (void)status;"
-    text = "\n".join([*_head(kernel.body, parts.body, kernel.tables), signature, *kernel.decls, unused,
-                      *kernel.body, "}", ""])
+    setter = _table_setter(list(kernel.tables)) if blas and kernel.tables else []
+    text = "\n".join([*_head(kernel.body, parts.body, list(kernel.tables.values())), *setter, signature,
+                      *kernel.decls, unused, *kernel.body, "}", ""])
     return LoopC(text, parts.work + kernel.extra_w, kernel.extra_iw)
 
 
@@ -456,13 +485,15 @@ def loop_c_pieces(parts: KernelParts, files: int, blas: bool = False) -> tuple[L
              "                        long long* iwork, int* status) {",
              f"    double sc[{max(cut.floats, 1)}] = {{0}};", f"    long long si[{max(cut.ints, 1)}] = {{0}};",
              *driver.decls, *driver.body, "}", ""]
-    texts = _files(functions, files, entry, kernels[0].tables, any(_calls_blas(k.body) for k in kernels))
+    tables = kernels[0].tables
+    setter = _table_setter(list(tables)) if blas and tables else []
+    texts = _files(functions, files, [*setter, *entry], tables, any(_calls_blas(k.body) for k in kernels))
     extra_w, extra_iw = max(k.extra_w for k in kernels), max(k.extra_iw for k in kernels)
     return LoopC(texts[0], parts.work + extra_w, extra_iw), texts[1:]
 
 
 def _files(functions: list[tuple[list[str], _Kernel, list[str]]], files: int, entry: list[str],
-           tables: list[str], blas: bool) -> list[str]:
+           tables: dict[str, str], blas: bool) -> list[str]:
     """The C files of a split kernel's ``functions`` (each its Python, kernel and C lines), at most ``files``
     of about equal length; the lightest also holds ``entry`` (the kernel calling the pieces) and, where any
     piece calls BLAS (``blas``), the products' definitions (the others their prototypes)."""
@@ -474,7 +505,7 @@ def _files(functions: list[tuple[list[str], _Kernel, list[str]]], files: int, en
         lines = [line for _, _, function in group for line in function]
         read = set(re.findall(r"\bTABLE\d+\b", "\n".join(lines)))
         python = [line for b, _, _ in group for line in b]
-        head = _head(lines, python, [t for t in tables if t.split("[", 1)[0].split()[-1] in read],
+        head = _head(lines, python, [t for name, t in tables.items() if name in read],
                      c_blas.SOURCE if k == 0 else c_blas.PROTOTYPES, blas and k == 0)
         texts.append("\n".join([*head, *lines, *(entry if k == 0 else ())]))
     return texts
