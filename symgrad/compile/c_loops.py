@@ -20,6 +20,7 @@ bounds (``as_index``) sets ``*status`` and reads element 0 instead.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -349,6 +350,7 @@ class _Kernel:
                 f"        {store} = {s};", "    }", "}"]
 
 
+@functools.lru_cache(maxsize=64)  # (each piece's kernel reads the same lines)
 def _table_line(line: str) -> tuple[str, tuple[str, tuple[int, ...]]]:
     """A table line's name, values (as text) and shape."""
     name, rest = line.split(" = np.array([", 1)

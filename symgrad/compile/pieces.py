@@ -144,19 +144,20 @@ _SORTS = re.compile(r"\b[ro]\d+\b")  # a sort's row and positions (loop_source._
 def _chunked(lines: list[str], size: int, loops: bool) -> tuple[list[_Chunk], list[str]]:
     """The chunks of ``lines``: runs of whole top-level statements of ``size`` lines or more, and where
     ``loops``, a long loop's body cut likewise; and the headers of the loops cut."""
-    chunks: list[_Chunk] = [_Chunk([])]
+    chunks: list[_Chunk] = []
     headers: list[str] = []
+    run: list[list[str]] = []  # the top-level statements since the last loop cut
     for statement in statements(lines):
         body = [line[4:] for line in statement[1:]]
         cuts = _grouped(statements(body), size, True) if loops and _cuttable(statement, size) else []
         if len(cuts) > 1 and not _remade(cuts):
+            chunks += [_Chunk(group) for group in _grouped(run, size) if group]
             chunks += [_Chunk(c, len(headers)) for c in cuts]
             headers.append(statement[0])
-            continue
-        if chunks[-1].loop is not None or not _fits(chunks[-1].statements, statement, size):
-            chunks.append(_Chunk([]))
-        chunks[-1].statements.append(statement)
-    return [c for c in chunks if c.statements], headers
+            run = []
+        else:
+            run.append(statement)
+    return chunks + [_Chunk(group) for group in _grouped(run, size) if group], headers
 
 
 def _cuttable(statement: list[str], size: int) -> bool:
@@ -168,23 +169,20 @@ def _cuttable(statement: list[str], size: int) -> bool:
 
 
 def _grouped(statements: list[list[str]], size: int, step: bool = False) -> list[list[list[str]]]:
-    """``statements`` in groups of ``size`` lines or more (``_fits``); ``step``: a loop's body, whose groups
-    each hold a loop of its own (a piece called in every step does a loop's work, not a few lines': a bundle
-    adjustment's rows, 2800 lines of scalars, ran slower cut in four)."""
+    """``statements`` in groups of ``size`` lines or more, except that a statement reading a sort's row made
+    in its group joins it (an array of the workspace a later piece would make anew); ``step``: a loop's
+    body, whose groups each hold a loop of their own (a piece called in every step does a loop's work, not a
+    few lines': a bundle adjustment's rows, 2,200 lines of scalars a row, stay whole)."""
     groups: list[list[list[str]]] = [[]]
+    length, looped, sorts = 0, False, set()
     for statement in statements:
-        looped = not step or any(s[0].startswith("for ") for s in groups[-1])
-        if looped and not _fits(groups[-1], statement, size):
+        names = set(_SORTS.findall("\n".join(statement)))
+        if length >= size and (looped or not step) and not names & sorts:
             groups.append([])
+            length, looped, sorts = 0, False, set()
         groups[-1].append(statement)
+        length, looped, sorts = length + len(statement), looped or statement[0].startswith("for "), sorts | names
     return groups
-
-
-def _fits(group: list[list[str]], statement: list[str], size: int) -> bool:
-    """Whether ``statement`` joins ``group``: the group is short of ``size`` lines, or the statement reads a
-    sort's row made in it (an array of the workspace that a later piece would make anew)."""
-    made = set(_SORTS.findall("\n".join(line for s in group for line in s)))
-    return sum(map(len, group)) < size or bool(made & set(_SORTS.findall("\n".join(statement))))
 
 
 def _remade(groups: list[list[list[str]]]) -> bool:
