@@ -156,6 +156,27 @@ def test_a_masked_branch_keeps_the_derivatives_of_a_zero_adjoint():
         np.testing.assert_array_equal(h, np.zeros((2, 2)))  # (masked: no nan from sqrt's partials)
 
 
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_a_hessian_vector_product_through_a_masked_branch_is_the_hessians(backend):
+    """The fuzzer's reproducer: at the zeros of x (64 elements, rolled) sqrt(x) is masked and its partials
+    inf; the gradient's guard stored its mask's values, forward mode multiplied them by the tangent of
+    sqrt's partial (0 * inf) and the interpreter's Hessian-vector product was nan at each zero's neighbour
+    (the compiled loops, with the mask inline, and the Hessian were finite). Against the dense Hessian and
+    central differences of the gradient."""
+    def f(x):
+        return np.sum(x[1:] * np.where(x > 0.1, np.sqrt(x), 0.0)[:-1])
+
+    x = np.random.default_rng(5).uniform(-1.0, 2.0, 64)
+    x[::8] = 0.0
+    v = np.random.default_rng(6).normal(size=64)
+    hv = sg.hvp(f, backend=backend)(x, v)
+    H = sg.hessian(f, backend="python")(x)
+    assert np.all(np.isfinite(hv))
+    np.testing.assert_allclose(hv, H @ v, rtol=1e-12, atol=1e-12)
+    g = sg.grad(f, backend="python")  # (a step across a zero stays masked: x < 0.1 either side)
+    np.testing.assert_allclose(hv, (g(x + 1e-6 * v) - g(x - 1e-6 * v)) / 2e-6, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("backend", ["vm", "numba"])
 def test_guarded_points_inside_rolled_arrays(backend):
     """70 elements (the rolled path), zeros among them: sinc's Hessian diagonal and x**y's mixed block."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from symgrad.expr import custom, gathers, ops, rolled
-from symgrad.expr.build import _as_expr, apply, const
+from symgrad.expr.build import _as_expr, _zero_where, apply, const
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.ranges import may_fail
 from symgrad.expr.traverse import _like, as_expr_list, object_array, topo_order
@@ -147,6 +147,19 @@ def _materialised(g: Expr) -> Expr:
     tests it and multiplies it, and the next one tests and multiplies that, so left inline each level
     would compute every level below it again (an LSTM's gradient: 4000 lines a loop body, most of
     them the same tests); stored, each level reads one number."""
+    side = _zero_where(g)
+    if side is None or not g.free:
+        return _stored(g)
+    # (a mask's where stays one, of its stored condition and branch: a product with it is a where of the
+    # product, as with it inline, whose tangent is 0 where masked; stored whole, forward mode made 0 * inf =
+    # nan there, the Hessian-vector product of sum(x[1:] * where(x > 0.1, sqrt(x), 0)[:-1]) at a 0 of x)
+    branches = [const(0.0), const(0.0)]
+    branches[side - 1] = _stored(g.args[side])
+    return ops.where(_stored(g.args[0]), *branches)
+
+
+def _stored(g: Expr) -> Expr:
+    """``g`` read from the array of its values (where it varies over indices and is not a read already)."""
     if not g.free or g.op.name in ("load", "const", "index", "var"):
         return g
     indices = sorted(g.free, key=lambda i: i.payload)  # (name, size): the same order in every process
