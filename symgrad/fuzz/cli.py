@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=None, help="stop after this long (1 if neither is given)")
     ap.add_argument("--programs", type=int, default=None, help="stop after this many programs")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--backends", default="python,vm", help="comma-separated: python,vm,numba")
-    ap.add_argument("--numba-every", type=int, default=10, help="numba on every K-th program (0: never)")
+    ap.add_argument("--backends", default="python,vm",
+                    help="comma-separated, of python,vm,c,numba (the compiled kernels only where named)")
+    ap.add_argument("--numba-every", type=int, default=10,
+                    help="numba (where in --backends) on every K-th program (0: never)")
     ap.add_argument("--extras-every", type=int, default=4, help="jvp/hvp/hessian/jacobian/vmap every K-th program")
     ap.add_argument("--element-every", type=int, default=1, help="the element trace on every K-th program")
     ap.add_argument("--minimise-seconds", type=float, default=60.0, help="time to minimise each disagreement")
