@@ -519,3 +519,25 @@ def test_an_in_process_kernels_tables_are_given_at_load_not_compiled(split, tmp_
     np.testing.assert_allclose(got[1], reference[1], rtol=1e-13, atol=1e-15)
     exported, _ = sg.export_c(sg.grad(f), x, directory=tmp_path)
     assert ", ".join(map(str, perm[:20])) in exported.read_text()
+
+
+@pytest.mark.skipif(not c_backend.available(), reason="no C compiler")
+def test_a_program_compiled_again_and_dropped_leaves_the_first_ones_tables_in_place():
+    """The same program compiled twice loads one shared object: the second's tables, set over the first's and
+    freed with it, made the first read freed memory (a segfault, or wrong values) until tables were kept
+    by object."""
+    import gc
+
+    perm = np.random.default_rng(4).permutation(300)
+    x = np.linspace(-1.0, 2.0, 300)
+    want = float(np.sum(np.sin(x[perm]) * x))
+    salt = np.random.default_rng().random()  # (a program no cache holds)
+    first = sg.jit(lambda x: np.sum(np.sin(x[perm]) * x) + salt, backend="c")
+    assert first(x) == pytest.approx(want + salt, rel=1e-14)
+    for _ in range(3):
+        again = sg.jit(lambda x: np.sum(np.sin(x[perm]) * x) + salt, backend="c")
+        assert again(x) == first(x)
+        del again
+        gc.collect()
+        _ = [np.full(300, 12345.0 + k) for k in range(1000)]  # (memory the freed tables held, written over)
+        assert first(x) == pytest.approx(want + salt, rel=1e-14)

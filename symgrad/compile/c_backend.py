@@ -80,6 +80,10 @@ _BACKGROUND = threading.local()  # .on: this thread builds a later tier (``backg
 FAULTED_MIN = 1 << 20  # floats of workspace (8 MiB) past which its pages are faulted in during the build
 _PROBING = threading.Lock()
 _OPENED: set[Path] = set()  # the shared objects loaded (never unloaded: ctypes does not dlclose them)
+# The tables each loaded object's kernels read (c_loops.table_values), by its path: a second load of an object
+# (the same program compiled again) returns the same library, whose pointers must not be moved to values a
+# later-collected Kernels held (they were, and a call through the first one read freed memory)
+_TABLES: dict[str, list[np.ndarray]] = {}
 _c, _ll, _d = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_double
 
 
@@ -517,8 +521,9 @@ def _kernels(text: str, stem: str, sizes: tuple[int, int, int, bool], scratch: t
         if hasattr(lib, "sg_set_blas"):  # (its products call Numba's BLAS: c_blas.py)
             lib.sg_set_blas.argtypes, lib.sg_set_blas.restype = (_c, _c, _c), None
             lib.sg_set_blas(*c_blas.addresses())
-        if hasattr(lib, "sg_set_tables"):  # (kept alive by ``tables``' cache while the object is loaded: for good)
-            values = tables()
+        if hasattr(lib, "sg_set_tables"):
+            with _LOCK:  # (one set of values an object, kept while it is loaded: for good)
+                values = _TABLES.setdefault(lib._name, tables())
             lib.sg_set_tables.argtypes, lib.sg_set_tables.restype = (_c,), None
             lib.sg_set_tables((_c * len(values))(*(v.ctypes.data for v in values)))
         return lib
