@@ -103,6 +103,10 @@ def split(lines: list[str], integers: set[str], size: int | None = None, loops: 
     last_use = {name: k for k, names in enumerate(used) for name in names}  # the last chunk using each name
     tops = [{m[1] for line in c.lines if (m := _ASSIGNED.match(line)) and not line.startswith(" ")}
             for c in chunks]  # the names each chunk assigns at its top level
+    members: dict[int, list[int]] = {}  # a loop cut -> its chunks
+    for k, chunk in enumerate(chunks):
+        if chunk.loop is not None:
+            members.setdefault(chunk.loop, []).append(k)
     views: dict[str, tuple[int, str]] = {}  # an array's name -> (its place, the top-level line making it)
     last: dict[str, int] = {}  # a scalar -> the last chunk assigning it
     slots: dict[str, int] = {}
@@ -113,7 +117,7 @@ def split(lines: list[str], integers: set[str], size: int | None = None, loops: 
         counter = None if chunk.loop is None else _COUNTER.match(headers[chunk.loop])[1]
         # (in a loop cut: what a later chunk assigns is read from the step before; what an earlier one reads
         # of this chunk's, in the next step)
-        mates = [j for j, c in enumerate(chunks) if c.loop is not None and c.loop == chunk.loop]
+        mates = members.get(chunk.loop, []) if chunk.loop is not None else []
         later = set().union(*(tops[j] for j in mates if j > k))
         read_before = set().union(*(used[j] for j in mates if j < k))
         loads = [f"{name} = {_slot(name, integers, slots, counts)}"
