@@ -350,7 +350,7 @@ class _Kernel:
                 f"        {store} = {s};", "    }", "}"]
 
 
-@functools.lru_cache(maxsize=64)  # (each piece's kernel reads the same lines)
+@functools.lru_cache(maxsize=16)  # (each piece's kernel reads the same lines; a table's line may be MBs)
 def _table_line(line: str) -> tuple[str, tuple[str, tuple[int, ...]]]:
     """A table line's name, values (as text) and shape."""
     name, rest = line.split(" = np.array([", 1)

@@ -182,7 +182,7 @@ _POPULATED = 1 << 21  # bytes a call advises: between calls the process's memory
 def _populate(work: np.ndarray) -> int:
     """madvise(MADV_POPULATE_WRITE) over the whole pages of ``work``, 2 MiB a call: 0, or -1 where the kernel
     has no such advice (before Linux 5.14) or the platform no madvise. (In one call over 16 MB, which took
-    0.1 s where the kernel compacted memory for huge pages, the process's memory map stayed locked, and
+    0.1 s where the kernel was slow to find its huge pages, the process's memory map stayed locked, and
     starting gcc, which forks, waited for it: least squares' first result 0.09 -> 0.18 s.)"""
     page = mmap.PAGESIZE
     start = -(-work.ctypes.data // page) * page

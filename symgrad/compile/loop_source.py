@@ -22,6 +22,7 @@ from symgrad.compile.loop_emitter import _COMBINE, _START, SLOTS, _blocked, _Emi
 from symgrad.compile.loop_ranges import _partition, _within
 from symgrad.compile.plan import REDUCTIONS
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
+from symgrad.expr.build import _is
 from symgrad.expr.node import Expr, paused_gc
 from symgrad.expr.rolled import index, substitute_indices
 
@@ -357,7 +358,7 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
     """The loop nest filling tensors (element at their indices, the group sharing the first one's
     indices) or a scatter (adding at its addresses)."""
     first = group[0]  # (its loops: also where its body is an adjoint settled to 0 and others ride on them)
-    group = [n for n in group if n.op.name != "scatter" or not _zero(n.args[0])]
+    group = [n for n in group if n.op.name != "scatter" or not _is(n.args[0], 0.0)]
     if not group:
         return
     k = 0 if first.op.name == "tensor" else first.payload[1]
@@ -391,10 +392,6 @@ def _materialise(group: list[Expr], buffers: dict, emitter: _Emitter, top: _Regi
         top.lines += ["    " * (depth + 1) + line for line in level.lines]
 
 
-def _zero(body: Expr) -> bool:
-    return body.op.name == "const" and body.payload == 0.0
-
-
 def _renamed(node: Expr, indices: tuple) -> tuple[Expr, list[Expr]]:
     """``node``'s body and (a scatter's) addresses over ``indices`` instead of its own."""
     k = node.payload[1] if node.op.name == "scatter" else 0
@@ -407,7 +404,7 @@ def _fill(group: list[Expr], renamed: list, indices: tuple, inner: _Region, buff
     """The lines of a nest's innermost loop (in ``inner``): each tensor's element stored, each scatter's
     added, each reduction riding along accumulated (``accumulators``: their names, made once)."""
     for node, (body, addresses) in zip(group, renamed):
-        if node.op.name == "scatter" and _zero(body):
+        if node.op.name == "scatter" and _is(body, 0.0):
             continue  # (a range in which its comparisons settle it to 0: a concatenation's other parts)
         value = emitter.value(body, inner)
         if node.op.name in REDUCTIONS and interleaved(node):  # a long sum riding along: its slots

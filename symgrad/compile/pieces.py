@@ -60,7 +60,7 @@ class _Chunk:
     """Whole statements of the kernel (or of the body of ``loop``, dedented) that become one piece."""
 
     statements: list[list[str]]
-    loop: int | None = None  # its loop's place in ``loops``
+    loop: int | None = None  # its loop's place among the loops cut (``_chunked``'s headers)
 
     @property
     def lines(self) -> list[str]:
