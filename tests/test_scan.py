@@ -521,3 +521,35 @@ def test_an_except_of_fns_own_around_a_construct_without_a_rolled_form_is_not_ta
     with pytest.warns(UserWarning, match=r"caught by an except of fn's own at test_scan.py:\d+"):
         got = big(x)
     assert got == pytest.approx(numpy(x[:2], 0) + np.sum(x), rel=1e-12)
+
+
+
+@pytest.mark.parametrize("backend", ["python", "vm", "c", "numba"])
+def test_a_stack_whose_rows_are_all_alike_is_read_whole_by_the_step(backend):
+    """A stack every row of which is the same array (np.broadcast_to, np.cumprod of an np.full: GradBench's
+    least squares) was stored once per step, 16 MB at n = 16392: the step reads the row whole instead.
+    Values against the loop in Python (sg.scan on NumPy values), the gradient against central
+    differences, on every backend."""
+    from symgrad.compile import c_backend
+    from symgrad.expr import scans
+    from symgrad.expr.traverse import topo_order
+
+    if backend == "c" and not c_backend.available():
+        pytest.skip("no C compiler")
+
+    def f(x):
+        def step(h, r):
+            return np.tanh(h * r + 0.1), np.sum(h * r)
+        last, ys = sg.scan(step, x[5:10], np.broadcast_to(x[:5], (7, 5)))
+        powers = np.cumprod(np.broadcast_to(0.9 + 0.1 * np.tanh(x[3:4]), (100,)))
+        return np.sum(last ** 2) + np.sum(ys * x[10:17]) + np.sum(powers * x[20:120])
+
+    x = RNG.normal(size=120)
+    value, grad = sg.jit(sg.value_and_grad(f), backend=backend)(x)
+    traced = sg.jit(f)
+    traced(x)
+    found = [scans._parts(n) for n in topo_order([traced.exprs]) if n.op.name == "scan"]
+    assert len(found) == 2 and all(not stacks and consts for *_, stacks, consts in found)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    fd = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(120)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7)

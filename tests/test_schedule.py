@@ -105,3 +105,29 @@ def test_scatters_the_rest_of_a_gradient_also_reads_keep_buffers_of_their_own(ba
         want_value, want_grad = sg.value_and_grad(fn, backend="python")(arg)
         assert value == pytest.approx(want_value, rel=1e-14)
         np.testing.assert_allclose(grad, want_grad, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["vm", "c", "numba"])
+def test_a_product_reads_a_scans_carries_of_one_number_where_they_are(backend):
+    """GradBench's least squares: the powers t_i^j (np.cumprod under vmap: carries of shape (n, 1)) times x
+    were copied into a matrix for BLAS, 16 MB a call at n = 16392. The product reads the scan's own array,
+    its axis of one element dropped. Value and gradient against the closed form on each loop backend."""
+    from symgrad.compile import c_backend
+    from symgrad.gradbench.llsq import llsq
+    from symgrad.gradbench.namespaces import SG
+
+    if backend == "c" and not c_backend.available():
+        pytest.skip("no C compiler")
+    n, m = 64, 128
+    vg = sg.jit(sg.value_and_grad(lambda x: llsq(SG, x, n)), backend=backend)
+    x = np.random.default_rng(3).normal(size=m)
+    value, grad = vg(x)
+    steps = schedule(list(vg.exprs)).steps
+    (dot,) = (s for s in steps if s.kind == "dot")
+    assert "scan" in {a.args[0].op.name for a in dot.nodes[0].args[0].args[0].args}
+    assert not [s for s in steps if s.kind == "fill" and any(np.prod(t.shape) >= n * m for t in s.nodes)]
+    t = -1.0 + 2.0 * np.arange(n) / (n - 1)
+    T = t[:, None] ** np.arange(m)
+    r = T @ x - np.sign(t)
+    assert value == pytest.approx(np.sum(r ** 2) / 2, rel=1e-12)
+    np.testing.assert_allclose(grad, T.T @ r, rtol=1e-10, atol=1e-12)

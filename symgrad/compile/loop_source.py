@@ -20,7 +20,7 @@ from symgrad.compile import fastmath, kernels, pieces, special
 from symgrad.compile.layout import Layout
 from symgrad.compile.loop_emitter import _COMBINE, _START, SLOTS, _blocked, _Emitter, _Region, folded, interleaved
 from symgrad.compile.loop_ranges import _partition, _within
-from symgrad.compile.plan import REDUCTIONS
+from symgrad.compile.plan import REDUCTIONS, read_as_matrix
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import _is
 from symgrad.expr.node import Expr, paused_gc
@@ -312,8 +312,9 @@ def _dot(node: Expr, buffers: dict, emitter: _Emitter) -> list[str]:
     first, second = sorted(body.args, key=lambda f: axes[0] not in f.free)
 
     def view(load: Expr, leading: Expr) -> str:
-        name = buffers[load.args[0]] + at
-        own = load.args[1 + (batch is not None):]
+        own, shape = read_as_matrix(load)
+        name = buffers[load.args[0]] + (at if len(shape) == len(load.args[0].shape) else f".reshape({shape!r})")
+        own = own[batch is not None:]
         return name if len(own) == 1 or own[0] is leading else f"{name}.T"
 
     call = f"np.dot({view(first, axes[0])}, {view(second, c)}, {buffers[node]}{at})"

@@ -28,6 +28,7 @@ from symgrad.compile.kernels import Kernels, over_rows, register
 from symgrad.compile.loop_emitter import POWERS, SLOTS, _Emitter, _Region, folded, interleaved
 from symgrad.compile.loop_program import _ZERO, LoopProgram
 from symgrad.compile.loop_source import _FASTMATH
+from symgrad.compile.plan import read_as_matrix
 from symgrad.compile.schedule import Schedule, Step, riders, riding, schedule, slots
 from symgrad.expr.build import const
 from symgrad.expr.node import Expr, paused_gc
@@ -510,7 +511,8 @@ def _dot_operands(node: Expr, buffers: dict) -> list[int]:
     out = [*buffers[node], shape[0], shape[1] if len(shape) > 1 else 1]
 
     def operand(load: Expr, leading: Expr) -> list[int]:
-        shape, own = load.args[0].shape[batched:], load.args[1 + batched:]
+        own, shape = read_as_matrix(load)
+        own, shape = own[batched:], shape[batched:]
         return [*buffers[load.args[0]], shape[0], shape[1] if len(shape) > 1 else 1,
                 int(len(shape) > 1 and own[0] is not leading)]
 

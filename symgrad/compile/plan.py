@@ -316,13 +316,27 @@ def _operand(f: Expr, batch: tuple, axes: tuple) -> Expr:
     """``f`` as a load of an array over ``batch`` then ``axes`` (these in either order): itself if it
     is one, else a load from the tensor of it (materialised once, so BLAS can read it)."""
     indices = (*batch, *axes)
-    if f.op.name == "load" and f.payload is None and f.args[0].op.name != "table" and \
-            len(f.args) == len(indices) + 1 and all(i is b for i, b in zip(f.args[1:], batch)) and \
-            set(f.args[1:]) == set(indices) and len(set(f.args[1:])) == len(indices) \
-            and all(i.payload[1] == n for i, n in zip(f.args[1:], f.args[0].shape)):  # (all of it, not a part)
+    own, shape = read_as_matrix(f) if f.op.name == "load" and f.payload is None else ((), ())
+    if own and f.args[0].op.name != "table" and (not batch or len(own) == len(f.args) - 1) and \
+            len(own) == len(indices) and all(i is b for i, b in zip(own, batch)) and \
+            set(own) == set(indices) and len(set(own)) == len(indices) \
+            and all(i.payload[1] == n for i, n in zip(own, shape)):  # (all of it, not a part)
         return f
     indices = (*batch, *_layout(f, axes))
     return apply(OPS["load"], (tensor(f, *indices), *indices))
+
+
+def read_as_matrix(load: Expr) -> tuple[tuple, tuple]:
+    """A product operand's indices and its array's shape without the axes of one element it reads
+    (at 0: a scan's carries of one number each, ``R[t, j, 0]``): the matrix or vector BLAS reads.
+
+    >>> from symgrad.expr.rolled import array, index
+    >>> R, t = array("R", (3, 1)), index("t", 3)
+    >>> read_as_matrix(R[t, 0])
+    ((t,), (3,))
+    """
+    kept = [(i, n) for i, n in zip(load.args[1:], load.args[0].shape) if n != 1 or i.op.name != "const"]
+    return tuple(i for i, _ in kept), tuple(n for _, n in kept)
 
 
 def _layout(f: Expr, axes: tuple) -> tuple:

@@ -42,9 +42,19 @@ def _like(fill: Any) -> Any:
         out_shape = np.shape(a) if shape is None else tuple(np.atleast_1d(shape))
         value = fill if fill is not None else args[0]
         if isinstance(value, Expr):  # a traced fill value: broadcast to the shape
-            return ndarrays.elementwise(lambda z, v: z + v, (operand(np.zeros(out_shape)), value))
+            return ndarrays.elementwise(lambda v: v, (value,), out_shape)
         return np.full(out_shape, value, dtype=dtype if dtype is not None else float)
     return make
+
+
+def broadcast_to(a: Any, shape: Any, subok: bool = False) -> Any:
+    """``np.broadcast_to``: ``a`` repeated along new leading axes and its axes of one element.
+
+    >>> import symgrad as sg
+    >>> sg.evaluate(broadcast_to(sg.array("v", 2), (3, 2)), {"v": [1.0, 2.0]}).tolist()
+    [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
+    """
+    return ndarrays.elementwise(lambda v: v, (a,), tuple(int(d) for d in np.atleast_1d(shape)))
 
 
 def flip(a: Expr, axis: Any = None) -> Expr:
@@ -196,23 +206,23 @@ def kron(a: Any, b: Any) -> Any:
 def accumulate(kind: str, a: Expr, axis: Any = None) -> Expr:
     """The running product, maximum or minimum along ``axis`` (the flattened array: None): NumPy's
     ``np.cumprod``, ``np.maximum.accumulate``, ``np.minimum.accumulate``, as a scan over the axis."""
-    from symgrad.expr.scan_function import scan  # (scan_function builds on ndarrays, as this module)
+    from symgrad.expr import scans  # (scans builds on ndarrays, as this module)
 
     if axis is None:
         a, axis = reshape(a, -1), 0
     axis = _axis(axis, a.ndim)
     rows = moveaxis(a, axis, 0) if axis else a
-    if rows.shape[0] == 0:
+    n = rows.shape[0]
+    if n == 1:
         return a
     combine = {"prod": lambda c, r: c * r, "max": np.maximum, "min": np.minimum}[kind]
-
-    def step(carry: Any, row: Any) -> tuple:
-        new = combine(carry, row)
-        return new, new
-    first = getitem(rows, (0,))
-    _, rest = scan(step, first, getitem(rows, (slice(1, None),)))
-    out = concatenate([reshape(first, (1, *first.shape)) if is_array(first) else
-                       ndarrays.elementwise(lambda z, v: z + v, (operand(np.zeros(1)), first)), rest], 0)
+    # The scan's node is every carry, the first row its initial one: the running values themselves
+    # (no concatenation copying them after the loop).
+    shape = rows.shape[1:] or (1,)
+    stack = reshape(rows, (n, *shape))
+    c, r = scans.placeholder(shape), scans.placeholder(shape)
+    R = scans.make(combine(c, r), c, getitem(stack, (0,)), [(r, getitem(stack, (slice(1, None),)))], [])
+    out = reshape(R, rows.shape)
     return moveaxis(out, 0, axis) if axis else out
 
 
@@ -235,7 +245,7 @@ FUNCTIONS.update({
     np.diff: diff, np.tile: tile, np.repeat: repeat, np.take: take, np.append: append,
     np.triu: _triangle(True), np.tril: _triangle(False), np.trace: trace, np.vdot: vdot, np.cross: cross,
     np.diagonal: diagonal, np.diag: diag, np.diagflat: lambda v, k=0: diag(reshape(v, -1), k),
-    np.kron: kron, np.round: _round, np.around: _round,
+    np.kron: kron, np.round: _round, np.around: _round, np.broadcast_to: broadcast_to,
     np.cumprod: lambda a, axis=None, dtype=None, out=None: accumulate("prod", a, axis),
 })
 dispatch.ACCUMULATE.update({ufunc: lambda a, axis, kind=kind: accumulate(kind, a, axis)

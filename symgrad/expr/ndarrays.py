@@ -237,22 +237,27 @@ def _pointwise(body: Expr) -> bool:
     return scatters < 2
 
 
-def elementwise(fn: Any, args: tuple) -> Any:
-    """``fn`` applied elementwise to ``args`` (arrays, scalar expressions, numbers), broadcasting.
+def elementwise(fn: Any, args: tuple, shape: tuple | None = None) -> Any:
+    """``fn`` applied elementwise to ``args`` (arrays, scalar expressions, numbers), broadcasting (to
+    ``shape`` where given: ``np.broadcast_to``, ``np.full``).
 
     >>> import symgrad as sg
     >>> x, y = sg.array("x", (2, 3)), sg.array("y", 3)
     >>> (x * y).shape  # elementwise(mul, (x, y)): x[i, j] * y[j]
     (2, 3)
+    >>> elementwise(lambda v: v, (y,), (4, 3)).shape
+    (4, 3)
     """
     note_operands(args)
     args = tuple(map(operand, args))
     shapes = [a.shape if is_array(a) else () for a in args]
     try:
-        out = np.broadcast_shapes(*shapes)
+        out = np.broadcast_shapes(*shapes, *([] if shape is None else [shape]))
     except ValueError:
-        raise ValueError(f"operands could not be broadcast together with shapes {' '.join(map(str, shapes))}") \
-            from None
+        out = None
+    if out is None or shape is not None and out != tuple(shape):
+        raise ValueError(f"operands could not be broadcast together with shapes {' '.join(map(str, shapes))}" +
+                         ("" if shape is None else f" and requested shape {tuple(shape)}"))
     if not out:
         return fn(*args)
     J = fresh(out)

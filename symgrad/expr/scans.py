@@ -108,7 +108,20 @@ def make(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, revers
     if init.shape != carry.shape or body.shape != carry.shape or not body.op.array_valued:
         raise ValueError(f"scan: the carry has shape {carry.shape}, the initial one {init.shape}, the one after a "
                          f"step {body.shape}")
+    rows = {ph: _same_row(arr) for ph, arr in stacked}
+    if any(r is not None for r in rows.values()):
+        body = substitute(body, {ph: r for ph, r in rows.items() if r is not None})
+        stacked = [(ph, arr) for ph, arr in stacked if rows[ph] is None]
     return _node(body, carry, init, stacked, bound, length, reverse)
+
+
+def _same_row(arr: Expr) -> Expr | None:
+    """The row of ``arr`` where every row is it (a broadcast over the steps, as ``np.cumprod`` of a
+    ``full`` array stacks), else None: the step reads it whole, and no array of a copy per step is
+    stored (at least once the step's rows are arrays: a placeholder is never a scalar)."""
+    if arr.op.name != "tensor" or len(arr.args) < 3 or arr.args[1] in arr.args[0].free:
+        return None
+    return rolled.tensor(arr.args[0], *arr.args[2:])
 
 
 def _node(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, length: int, reverse: bool) -> Expr:

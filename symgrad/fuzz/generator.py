@@ -321,6 +321,10 @@ def _scan(g: _Gen) -> tuple[str, tuple] | None:
     if kind == "scalar":
         c = 0
     row_term = "0.5"
+    alike = g.pick(lambda s: len(s) == 1 and 2 <= s[0] <= 160) if g.coin(0.2) else None
+    if alike is not None:  # every row the same: the step reads it whole (scans._same_row)
+        steps, k = int(g.choice([3, 5, 40])), alike[1][0]
+        stack = (f"np.broadcast_to({alike[0]}, ({steps}, {k}))", (steps, k))
     if stack is not None and not g.coin(0.1):
         xs, ss = stack
         steps = ss[0]
@@ -439,6 +443,18 @@ def _nested(g: _Gen) -> tuple[str, tuple] | None:
     return f"sg.grad(lambda u: {inner})({a})", s
 
 
+def _powers(g: _Gen) -> tuple[str, tuple] | None:
+    """GradBench's least squares: a vmapped row of powers (np.cumprod of an np.full of a traced scalar,
+    a scan whose rows are all one) times a vector (from 64 rows a BLAS product reading the scan's carries)."""
+    v = g.pick(lambda s: len(s) == 1 and s[0] >= 8)
+    if v is None:
+        return None
+    a, (m,) = v
+    n = int(g.choice([8, 64, 96]))
+    row = f"np.cumprod(np.concatenate([np.ones(1), np.full({m - 1}, 0.9 + 0.1 * np.tanh(0.01 * i + {a}[0]))]))"
+    return f"sg.vmap(lambda i: {row} @ {a})(np.arange({n}))", (n,)
+
+
 def _statistic(g: _Gen) -> tuple[str, tuple] | None:
     """np.var / np.std / np.linalg.norm / np.prod (of a short slice) / np.mean of a vector or along an axis."""
     a, s = g.pick(lambda s: len(s) >= 1)
@@ -473,7 +489,8 @@ def _sorting(g: _Gen) -> tuple[str, tuple] | None:
 
 _MOVES = [(_unary, 4), (_binary, 5), (_gather, 3), (_slice, 2), (_reshape, 2), (_join, 1), (_reduce, 2),
           (_product, 1.5), (_cumsum, 1), (_scan, 1), (_gather2d, 1), (_outer, 0.7), (_nested, 0.7),
-          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1), (_branches, 1), (_sorting, 1)]
+          (_statistic, 0.7), (_pad, 0.7), (_composed, 1.5), (_control, 1), (_branches, 1), (_sorting, 1),
+          (_powers, 0.5)]
 
 
 def _tie(text: str) -> bool:
