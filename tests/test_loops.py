@@ -275,14 +275,16 @@ def test_sums_down_columns_add_row_by_row_in_the_same_order():
 
 
 def test_a_sum_strided_down_a_column_and_contiguous_across_the_output_adds_row_by_row():
-    """k-means' Hessian diagonal: t[k, l] = sum(w[i, k] * v[k, l], i), w's column read with a stride
-    of w's row inside the loop over l, again for each l; as a scatter adding row after row (l
-    innermost, w[i, k] once per (i, k)) each element still adds the same terms in the same order: the
-    interpreter's numbers to the last bit."""
+    """t[k, l] = sum(w[i, k] * (v[k, l] + w[i, k]), i) (k-means' Hessian diagonal was
+    sum(w[i, k] * v[k, l], i), which the plan now factors): w's column read with a stride of w's row
+    inside the loop over l, again for each l; as a scatter adding row after row (l innermost, w[i, k]
+    once per (i, k)) each element still adds the same terms in the same order: the interpreter's
+    numbers to the last bit."""
     rng = np.random.default_rng(3)
     W, V = array("W", (40, 6)), array("V", (6, 5))
     i, k, m = index("i", 40), index("k", 6), index("m", 5)
-    t = tensor(reduce("sum", 2.0 * subscript(W, (i, k)) * subscript(V, (k, m)), i), k, m)
+    w = subscript(W, (i, k))
+    t = tensor(reduce("sum", 2.0 * w * (subscript(V, (k, m)) + w), i), k, m)
     values = {W: rng.normal(size=(40, 6)), V: rng.normal(size=(6, 5))}
     x = np.concatenate([values[W].ravel(), values[V].ravel()])
     want = sg.evaluate(t, values)
@@ -291,7 +293,8 @@ def test_a_sum_strided_down_a_column_and_contiguous_across_the_output_adds_row_b
         if backend == "c":
             assert "+=" in compiled.source
         np.testing.assert_array_equal(compiled(x).reshape(6, 5), want)
-    np.testing.assert_allclose(want, 2 * values[W].sum(0)[:, None] * values[V], rtol=1e-13)
+    sums = values[W].sum(0)[:, None], (values[W] ** 2).sum(0)[:, None]
+    np.testing.assert_allclose(want, 2 * (sums[0] * values[V] + sums[1]), rtol=1e-13)
 
 
 def test_a_reduction_inside_loops_it_does_not_vary_over_is_computed_once():
@@ -545,6 +548,36 @@ def test_a_sum_over_points_of_products_with_a_factor_fixed_over_them_sums_the_po
     assert np.isnan(want).any() == (lower != "finite")
     for backend in ("vm", "numba"):
         np.testing.assert_allclose(sg.compile([t], [L, G, W], backend=backend)(x), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fixed", ["finite", "may be nan"])
+def test_a_factor_a_sum_does_not_vary_over_multiplies_the_sum_once(fixed):
+    """k-means' Hessian diagonal: over the points w, each centroid's tangent T[u, k] times the point's
+    weight M[w, u], multiplied points x clusters x dimensions. Planned as T[u, k] times the weights
+    summed over the points (stored once per cluster), where T is finite; sqrt(T), which may be nan,
+    stays inside (0 * nan summed, as the interpreter does). Values: the interpreter's."""
+    from symgrad.compile.plan import plan
+
+    T, M = sg.array("T", (20, 4)), sg.array("M", (300, 20))
+    w, u, k = sg.index("w", 300), sg.index("u", 20), sg.index("k", 4)
+    a = T[u, k] if fixed == "finite" else sg.sqrt(T[u, k])
+    t = sg.tensor(sg.sum(2.0 * (M[w, u] * a), w), u, k)
+    outputs, _ = plan([t])
+    order = sg.expr.traverse.topo_order(outputs)
+    per_point = [n for n in order if n.op.name in ("sum", "scatter") and k in n.free | set(n.args[1:])
+                 and any(b.op.name == "load" and b.args[0] is M for b in sg.expr.traverse.topo_order([n.args[0]]))]
+    assert bool(per_point) == (fixed != "finite")
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.normal(size=80), (rng.random(6000) < 0.1) * 1.0])
+    want = sg.compile([t], [T, M], backend="python")(x)
+    assert np.isnan(want).any() == (fixed != "finite")
+    weights = x[80:].reshape(300, 20).sum(0)
+    if fixed == "finite":
+        np.testing.assert_allclose(want.reshape(20, 4), 2.0 * x[:80].reshape(20, 4) * weights[:, None], rtol=1e-13)
+    from symgrad.compile import c_backend
+
+    for backend in ("vm", "numba", *(["c"] if c_backend.available() else [])):
+        np.testing.assert_allclose(sg.compile([t], [T, M], backend=backend)(x), want, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("n", [1003, 200])

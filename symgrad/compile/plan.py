@@ -5,7 +5,9 @@ are BLAS products, which sums down columns add row by row. Both backends run the
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable
 
 from symgrad.expr.build import apply, const
@@ -37,6 +39,7 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     uses ``tanh(u)``, which the forward tensor holds)."""
     finite: dict = {}
     outputs, _ = _rewrite(outputs, lambda node, new: _interchanged(new, finite))
+    outputs, _ = _rewrite(outputs, lambda node, new: _factored(new, finite))
     bodies = _bodies(topo_order(outputs))  # (costly ones first: what _read_once computes again reads them)
     outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
                           if node in bodies and costly(node) else None)
@@ -147,6 +150,29 @@ def _interchanged(s: Expr, finite: dict) -> Expr | None:
     inner = reduce("sum", b if guard is None else apply(OPS["where"], (guard, _ZERO, b)), n)
     out = reduce("sum", a * inner, i)
     return -out if negated else out
+
+
+def _factored(s: Expr, finite: dict) -> Expr | None:
+    """``sum(a * b, i)``, ``a`` an array read not varying over ``i`` (finite where the inputs are), as
+    ``a * sum(b, i)``, or None: one product for each element outside the sum, not one per term. k-means'
+    Hessian diagonal, each centroid's tangent times its points' weights, multiplied points x clusters x
+    dimensions; the sum of the weights over the points is then stored once per cluster (_recomputed).
+    As _interchanged's, exact where the inputs are finite (an inf one may give inf for nan)."""
+    if s.op.name != "sum" or s.args[0].op.name != "mul":
+        return None
+    body, i = s.args
+    factors, stack = [], [body]
+    while stack:
+        node = stack.pop()
+        if node.op.name == "mul":
+            stack += node.args
+        else:
+            factors.append(node)
+    outer = [f for f in factors if i not in f.free]
+    if not any(f.free for f in outer) or len(outer) == len(factors) or any(may_fail(f, finite) for f in outer):
+        return None
+    return functools.reduce(operator.mul, outer) * reduce("sum", functools.reduce(
+        operator.mul, [f for f in factors if i in f.free]), i)
 
 
 RECOMPUTED_MAX = 10**7  # elements of the largest tensor a recomputed reduction is stored in
