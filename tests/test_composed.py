@@ -101,3 +101,28 @@ def test_numpys_own_array_making_sees_the_elements_of_rolled_arrays():
         sg.grad(lambda x: np.sum(np.asarray(x, dtype=float)))(X)
     with pytest.raises(TypeError, match="len\\(\\) of a scalar expression"):
         len(np.sum(sg.array("x", 3)))
+
+
+def test_broadcast_to_is_rolled_and_refuses_the_shapes_numpy_refuses():
+    """np.broadcast_to traced whole (it fell back to element tracing), values and gradient against NumPy's;
+    a shape of floats, bools or negative sizes, or one the array cannot broadcast to, raises as NumPy does."""
+    x = np.random.default_rng(2).normal(size=100)
+
+    def f(x):
+        return np.sum(np.sin(np.broadcast_to(x[:70], (3, 70))) * np.arange(210.0).reshape(3, 70)) + np.sum(
+            np.broadcast_to(x[5], (4,)))
+
+    g = sg.value_and_grad(f, backend="vm")
+    value, grad = g(x)
+    assert "rolled" in g.explain() and value == pytest.approx(f(x), rel=1e-13)
+    want = np.zeros(100)
+    want[:70] = np.cos(x[:70]) * np.arange(210.0).reshape(3, 70).sum(0)
+    want[5] += 4.0
+    np.testing.assert_allclose(grad, want, rtol=1e-12)
+    for shape, error in [((1.5, 70), TypeError), ((True, 70), TypeError), ((-1, 70), ValueError),
+                         ((70, 2), ValueError), ((2, 71), ValueError)]:
+        with pytest.raises(error):
+            np.broadcast_to(np.ones(70), shape)
+        with pytest.raises((error, sg.TracingError)) as got:
+            sg.jit(lambda x, shape=shape: np.sum(np.broadcast_to(x[:70], shape)), backend="vm")(x)
+        assert "shape" in str(got.value) or "integer" in str(got.value) or "broadcast" in str(got.value)

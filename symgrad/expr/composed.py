@@ -12,6 +12,7 @@ array([4., 1., 2., 3.])
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,13 @@ def broadcast_to(a: Any, shape: Any, subok: bool = False) -> Any:
     >>> sg.evaluate(broadcast_to(sg.array("v", 2), (3, 2)), {"v": [1.0, 2.0]}).tolist()
     [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
     """
-    return ndarrays.elementwise(lambda v: v, (a,), tuple(int(d) for d in np.atleast_1d(shape)))
+    shape = tuple(shape) if np.iterable(shape) else (shape,)
+    if any(isinstance(d, bool | np.bool_) for d in shape):
+        raise TypeError(f"np.broadcast_to: the shape must be integers, got {shape}")
+    shape = tuple(map(operator.index, shape))  # (NumPy's TypeError for 1.5)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"np.broadcast_to: all elements of the shape must be non-negative, got {shape}")
+    return ndarrays.elementwise(lambda v: v, (a,), shape)
 
 
 def flip(a: Expr, axis: Any = None) -> Expr:
