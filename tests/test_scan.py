@@ -553,3 +553,24 @@ def test_a_stack_whose_rows_are_all_alike_is_read_whole_by_the_step(backend):
     assert value == pytest.approx(f(x), rel=1e-12)
     fd = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(120)])
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7)
+
+
+def test_a_scan_over_a_traced_scalar_repeated_by_numpy_is_one_rolled_node():
+    """``x[1] * np.ones(60)`` is an object array (NumPy broadcast the traced scalar): the scan ran as a Python
+    loop over the 70-element carry's elements, 92,908 nodes for its gradient, and its C took cc over 60 s.
+    Now the array of one expression is a rolled one, read whole by the step. Against the loop on NumPy
+    values and central differences."""
+    def f(x):
+        def step(c, r):
+            c = np.tanh(0.8 * c + 0.3 * r * c + 0.1 * r)
+            return c, c * r
+        c, ys = sg.lax.scan(step, x[:70] * 0.3, x[1] * np.ones(60))
+        return np.sum(c * c) + np.sum(np.sin(ys))
+
+    x = RNG.uniform(0.2, 0.9, 70)
+    g = sg.value_and_grad(f, backend="vm")
+    value, grad = g(x)
+    assert "rolled" in g.explain() and int(g.explain().split(" nodes")[0].rsplit(" ", 1)[1]) < 300
+    assert value == pytest.approx(f(x), rel=1e-12)
+    fd = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(70)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7)

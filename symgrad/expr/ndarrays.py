@@ -159,6 +159,24 @@ def _of_scalars(a: np.ndarray) -> bool:
         isinstance(e, Expr | Real) for e in a.flat)
 
 
+def repeated(a: Any) -> Any:
+    """An object array holding one scalar expression everywhere (``x[1] * np.ones(n)``: NumPy broadcast
+    a traced scalar) as the rolled array of it, in a rolled trace, whatever its size; anything else as
+    it is (a scan over its rows then reads the one row, not a Python loop over elements).
+
+    >>> import numpy as np, symgrad as sg
+    >>> a = np.array([sg.Var("s")] * 3, dtype=object)
+    >>> repeated(a) is a  # (outside a rolled trace: as it is)
+    True
+    """
+    if not (isinstance(a, np.ndarray) and a.dtype == object and a.ndim and a.size and context.rolled):
+        return a
+    first = a.flat[0]
+    if not isinstance(first, Expr) or first.op.array_valued or any(e is not first for e in a.flat):
+        return a
+    return elementwise(lambda v: v, (first,), a.shape)
+
+
 class ElementsMet(TracingError):
     """Values traced element by element (an object array) met a rolled operation: only a loop has them."""
 
@@ -172,6 +190,8 @@ def operand(a: Any) -> Any:
     """
     if not isinstance(a, np.ndarray) or a.ndim == 0:
         return a
+    if repeated(a) is not a:
+        return repeated(a)
     if a.dtype == object and context.rolled and 0 < a.size <= STACKED_MAX and _of_scalars(a):
         return from_elements(a)  # (``np.stack([v, -g * np.sin(x)])`` in an ODE's step: NumPy made it objects)
     if a.dtype.kind not in "biuf" or a.size == 0:

@@ -48,6 +48,7 @@ def scan(f: Any, init: Any, xs: Any = None, length: int | None = None, reverse: 
         raise ValueError(f"scan: length must be a non-negative integer, got {length!r}")
     init_leaves, init_tree = pytree.flatten(init)
     x_leaves, x_tree = pytree.flatten(xs)
+    x_leaves = [ndarrays.repeated(v) for v in x_leaves]  # (np.full(n, s) of a traced s: one row, read whole)
     steps = {_shape(v)[0] if _shape(v) else None for v in x_leaves}
     steps |= {int(length)} if length is not None else set()
     if len(steps) != 1 or None in steps:
