@@ -61,6 +61,8 @@ def broadcast_to(a: Any, shape: Any, subok: bool = False) -> Any:
     shape = tuple(map(operator.index, shape))  # (NumPy's TypeError for 1.5)
     if any(d < 0 for d in shape):
         raise ValueError(f"np.broadcast_to: all elements of the shape must be non-negative, got {shape}")
+    if 0 in shape:
+        raise TracingError(f"np.broadcast_to to the empty shape {shape} has no rolled form")
     return ndarrays.elementwise(lambda v: v, (a,), shape)
 
 
