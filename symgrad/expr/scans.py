@@ -194,6 +194,27 @@ def carries(R: Expr, reverse: bool, after: bool) -> Expr:
     return R[1:] if after != reverse else R[:-1]
 
 
+def _seeded_at(adjoint: Expr, row: int) -> bool:
+    """Whether the carries' ``adjoint`` is zero but in ``row``: scatters of the loss's reads of that carry
+    alone, summed element by element (GradBench's ODE: the gradient of y[-1])."""
+    stack: list[tuple[Expr, tuple | None]] = [(adjoint, None)]
+    while stack:
+        node, at = stack.pop()
+        name = node.op.name
+        if name == "scatter" and rolled.value_range(node.args[1]) == (row, row):
+            continue
+        if name == "tensor" and at is None:
+            stack.append((node.args[0], node.args[1:]))
+        elif name == "add" and at is not None:
+            stack += [(a, at) for a in node.args]
+        elif name == "load" and at is not None and node.payload is None and len(node.args) == len(at) + 1 and all(
+                a is i for a, i in zip(node.args[1:], at)):
+            stack.append((node.args[0], None))
+        else:
+            return False
+    return True
+
+
 def _parts(node: Expr) -> tuple:
     """A scan node's (length, reverse, step, init, stacked inputs, arrays read whole)."""
     length, reverse, step = node.payload
@@ -240,13 +261,15 @@ def vjp(node: Expr, adjoint: Expr, wanted: list[bool], grad: Callable, outer: tu
     before, after = carries(node, reverse, after=False), carries(node, reverse, after=True)
     a = placeholder(step.carry.shape)
     done = placeholder(step.body.shape)
-    rows = [(a, carries(adjoint, reverse, after=False)), (step.carry, before), (done, after),
-            *zip(step.xs, stacks)]
+    # A loss reading the last carry only seeds G's start: no row of zeros is read (nor stored) at each step.
+    seeded = _seeded_at(adjoint, 0 if reverse else length)
+    rows = [*([] if seeded else [(a, carries(adjoint, reverse, after=False))]), (step.carry, before),
+            (done, after), *zip(step.xs, stacks)]
     shapes = [step.carry.shape, *(k.shape for k in carried)]
     kc = placeholder((sum(math.prod(s) for s in shapes),))
     parts = _unpacked(kc, shapes)  # (the carry's adjoint, then each carried const's running sum)
     back = [_bound(e, step, consts, done, {g: parts[0]}) for e in back]
-    new = _flat([a + back[0], *(acc + e for acc, e in zip(parts[1:], back[1:]))])
+    new = _flat([back[0] if seeded else a + back[0], *(acc + e for acc, e in zip(parts[1:], back[1:]))])
     start = _flat([adjoint[0 if reverse else length], *(rolled.zeros_like(k) for k in carried)])
     G = make(new, kc, start, rows, [], not reverse)
     last = _unpacked(G[length if reverse else 0], shapes)
