@@ -185,3 +185,18 @@ def test_a_document_cannot_hold_a_custom_node():
             '["custom", null, [0, 0]]], "outputs": [1]}')
     with pytest.raises(sg.FormatError, match="custom_jvp"):
         sg.loads(text)
+
+
+def test_a_scan_saved_with_a_stack_of_one_row_repeated_loads_as_one_reading_it_whole():
+    """Documents saved before scans read a stack whose rows are all one whole (the step reading the row) load as
+    the scan make builds now, the same values."""
+    from symgrad.expr import rolled, scans
+
+    c, x = scans.placeholder((3,)), scans.placeholder((3,))
+    v, i, j = rolled.array("v", 3), rolled.index("i", 5), rolled.index("j", 3)
+    saved = scans._node(c * x, c, rolled.array("c0", 3), [(x, rolled.tensor(v[j], i, j))], [], 5, False)
+    loaded = sg.loads(sg.dumps(saved))
+    assert not scans._parts(loaded)[4] and scans._parts(saved)[4]
+    values = {"v": np.array([1.0, 2.0, 3.0]), "c0": np.array([1.0, -1.0, 0.5])}
+    np.testing.assert_array_equal(sg.evaluate(loaded, values), sg.evaluate(saved, values))
+    np.testing.assert_array_equal(sg.evaluate(loaded, values)[-1], [1.0, -32.0, 0.5 * 3.0 ** 5])

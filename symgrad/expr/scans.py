@@ -460,7 +460,10 @@ def _read(k: int, payload: Any, arguments: tuple) -> Expr:
         node = make(body, carry, arguments[0], list(zip(places[:n], arguments[1:1 + n])), bound, reverse, length)
     except (ValueError, TypeError, TracingError) as e:
         raise serialize.FormatError(f"symgrad JSON: node {k} (scan): {serialize.one_line(e, 200)}") from None
-    if node.payload[0] != length or len(node.args) != len(arguments):
+    # A stack whose rows are all one, saved before make read it whole, is at most one const now.
+    folded = any(_same_row(a) is not None for a in arguments[1:1 + n])
+    count = len(node.args) > len(arguments) if folded else len(node.args) != len(arguments)
+    if node.payload[0] != length or count:
         raise serialize.FormatError(f"symgrad JSON: node {k} is malformed: {_FORM}")
     return node
 
