@@ -38,8 +38,7 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     wherever else it occurs, not computed again (the derivative of ``tanh(u)`` at every element
     uses ``tanh(u)``, which the forward tensor holds)."""
     finite: dict = {}
-    outputs, _ = _rewrite(outputs, lambda node, new: _interchanged(new, finite))
-    outputs, _ = _rewrite(outputs, lambda node, new: _factored(new, finite))
+    outputs, _ = _rewrite(outputs, lambda node, new: _summed(new, finite))
     bodies = _bodies(topo_order(outputs))  # (costly ones first: what _read_once computes again reads them)
     outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
                           if node in bodies and costly(node) else None)
@@ -125,6 +124,12 @@ def _read_once(outputs: list[Expr]) -> set[Expr]:
                 (len(sites[t]) == 1 or len(sites[t]) == 2 and arithmetic <= READ_AGAIN_MAX):
             found |= read
     return found
+
+
+def _summed(s: Expr, finite: dict) -> Expr | None:
+    """A sum rewritten by _interchanged, else by _factored, or None (one pass over the graph for both)."""
+    out = _interchanged(s, finite)
+    return _factored(s, finite) if out is None else out
 
 
 def _interchanged(s: Expr, finite: dict) -> Expr | None:

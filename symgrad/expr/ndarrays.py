@@ -190,8 +190,9 @@ def operand(a: Any) -> Any:
     """
     if not isinstance(a, np.ndarray) or a.ndim == 0:
         return a
-    if repeated(a) is not a:
-        return repeated(a)
+    rolled_one = repeated(a)
+    if rolled_one is not a:
+        return rolled_one
     if a.dtype == object and context.rolled and 0 < a.size <= STACKED_MAX and _of_scalars(a):
         return from_elements(a)  # (``np.stack([v, -g * np.sin(x)])`` in an ODE's step: NumPy made it objects)
     if a.dtype.kind not in "biuf" or a.size == 0:
