@@ -593,13 +593,36 @@ def test_a_loss_of_the_last_carry_alone_seeds_the_reverse_scan_without_a_row_of_
 
     x = RNG.normal(size=130)
     fd = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(130)])
+    v = RNG.normal(size=130)
     for backend in ("python", "vm"):
         value, grad = sg.value_and_grad(f, backend=backend)(x)
         assert value == pytest.approx(f(x), rel=1e-12)
         np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-7)
+        g = sg.grad(f, backend=backend)  # second order: forward over the seeded reverse scan
+        np.testing.assert_allclose(sg.hvp(f, backend=backend)(x, v), (g(x + 1e-6 * v) - g(x - 1e-6 * v)) / 2e-6,
+                                   rtol=1e-5, atol=1e-6)
     g = sg.jit(sg.grad(f))
     g(x)
     found = [scans._parts(n) for n in topo_order([g.exprs]) if n.op.name == "scan"]
     assert len(found) == 2 and [p[1] for p in found].count(not reverse) == 1
     back = next(p for p in found if p[1] != reverse)
     assert len(back[4]) == 3  # (the carries before and after each step, the rows: no adjoint's rows)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_running_products_and_maxima_second_derivatives_at_zeros_and_ties(backend):
+    """np.cumprod (now the scan's own node) at exact zeros of x: the Hessian-vector product against central
+    differences of the gradient (a polynomial there); np.maximum.accumulate at ties: piecewise linear, its
+    Hessian 0 and finite."""
+    x = RNG.uniform(0.5, 1.5, 100)
+    x[[3, 40, 41]] = 0.0
+    w = np.cos(np.arange(100.0))
+    f = lambda x: np.sum(np.cumprod(x) * w) + np.sum(np.cumprod(x[:60].reshape(6, 10), axis=1) ** 2)  # noqa: E731
+    v = RNG.normal(size=100)
+    g = sg.grad(f, backend=backend)
+    np.testing.assert_allclose(sg.hvp(f, backend=backend)(x, v), (g(x + 1e-6 * v) - g(x - 1e-6 * v)) / 2e-6,
+                               rtol=1e-5, atol=1e-6)
+    ties = np.round(RNG.uniform(-1.5, 1.5, 100) * 2) / 2
+    m = lambda x: np.sum(np.maximum.accumulate(x) * w)  # noqa: E731
+    h = sg.hvp(m, backend=backend)(ties, v)
+    assert np.all(h == 0.0)
