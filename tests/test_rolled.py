@@ -72,6 +72,26 @@ def test_gathers_through_tables_and_periodic_indices():
     assert str(unroll(reduce("sum", subscript(x, (i + 3) % 5), i))) == "x[3] + x[4] + x[0] + x[1]"
 
 
+def test_a_row_of_a_scatter_at_one_constant_address_reads_the_scatter_without_that_axis():
+    """A scan's adjoint seeded by a loss reading one carry reads a row of a scatter into that row alone: the
+    row is the scatter of the other axes (an array of the row's size, not steps x row), another row is 0."""
+    from symgrad.expr.ndarrays import element
+    from symgrad.expr.rolled import scatter
+    from symgrad.expr.traverse import topo_order
+
+    x, i, j = array("x", (3, 4)), index("i", 3), index("j", 4)
+    sc = scatter(sg.sin(x[i, j]), (sg.const(2.0), j), (i, j), (6, 4))  # every x[i, j] added into row 2
+    x0 = np.random.default_rng(2).normal(size=(3, 4))
+    want = np.zeros((6, 4))
+    want[2] = np.sin(x0).sum(axis=0)
+    for row in range(6):
+        e = tensor(element(sc, (sg.const(float(row)), j)), j)
+        assert all(n is not sc for n in topo_order([e])) and ("scatter" in str(e)) == (row == 2)
+        np.testing.assert_allclose(sg.evaluate(e, {x: x0}), want[row], rtol=1e-15)
+    k = index("k", 6)
+    np.testing.assert_allclose(sg.evaluate(tensor(element(sc, (k, j)), k, j), {x: x0}), want, rtol=1e-15)
+
+
 def test_gathers_rename_site_indices_that_the_targets_name():
     """A site over indices named as the adjoint's targets (a Hessian differentiates a first adjoint, a
     tensor over l, into the adjoint at l again): x[m, l] read at (l, m) is the transpose, and the

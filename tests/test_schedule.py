@@ -131,3 +131,51 @@ def test_a_product_reads_a_scans_carries_of_one_number_where_they_are(backend):
     r = T @ x - np.sign(t)
     assert value == pytest.approx(np.sum(r ** 2) / 2, rel=1e-12)
     np.testing.assert_allclose(grad, T.T @ r, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["vm", "c", "numba"])
+def test_a_reverse_scan_reads_the_carries_where_they_are_and_keeps_two_rows(backend):
+    """GradBench's ODE, the gradient of y[-1]: the reverse scan stacked copies of the forward carries
+    before and after each step (two arrays of steps x n), kept all its own carries (steps x 2n) where
+    only the last is read, and started from a row of an array of steps x n zeros but the loss's one
+    (48 MB of workspace at GradBench's size). Now the workspace is the forward carries and a few rows.
+    Values against the interpreter, the gradient against central differences."""
+    from symgrad.compile import c_backend
+    from symgrad.gradbench.namespaces import SG
+    from symgrad.gradbench.ode import ode
+
+    if backend == "c" and not c_backend.available():
+        pytest.skip("no C compiler")
+    n, s = 64, 31
+    loss = lambda x: ode(SG, x, s)[-1]  # noqa: E731
+    x = np.random.default_rng(5).uniform(0.5, 1.5, n)
+    f = sg.jit(sg.grad(loss), backend=backend)
+    grad = f(x)
+    np.testing.assert_allclose(grad, sg.jit(sg.grad(loss), backend="python")(x), rtol=1e-13)
+    h = 1e-5 * np.eye(n)
+    for k in (0, 31, 63):  # (y[-1] is a polynomial of degree 4 in each x_k: differences nearly exact)
+        assert grad[k] == pytest.approx((loss(x + h[k]) - loss(x - h[k])) / 2e-5, rel=1e-7)
+    planned = schedule(list(f.exprs))
+    (scan,) = planned.last_only
+    assert scan.payload[1] and scan.shape == (s + 1, 2 * n)  # (the carry's adjoint, then x's running sum)
+    assert not [t for step in planned.steps for t in step.nodes if step.kind in ("fill", "zero")
+                and np.prod(t.shape) >= s * n]
+    if backend != "vm":  # (the loop VM keeps every row of its scans)
+        program = f.trace(x).compiled.program
+        assert program.parts.work <= (s + 1) * n + 8 * n  # (was 6 (s + 1) n)
+
+
+def test_rows_of_a_scan_read_but_its_last_are_refused_for_keeping_two():
+    """A schedule keeping two rows of a reversed scan whose other rows are read is refused."""
+    from symgrad.expr import scans
+
+    t, j, k = sg.index("t", 5), sg.index("j", 64), sg.index("k", 64)
+    h, r = scans.placeholder((64,)), scans.placeholder((64,))
+    rows = sg.tensor(sg.sin(sg.array("x", (5, 64))[t, j]), t, j)
+    node = scans.make(sg.tensor(sg.tanh(h[k]) * r[k], k), h, sg.array("c", 64), [(r, rows)], [], reverse=True)
+    only_last = schedule([sg.sum(node[0, k], k)])
+    assert only_last.last_only == {node}
+    every = schedule([sg.sum(node[1, k] + node[0, k], k)])
+    assert not every.last_only
+    with pytest.raises(ScheduleError, match="but its last are read"):
+        verify(Schedule(every.outputs, every.order, every.steps, every.home, every.fused, {node}))

@@ -12,7 +12,7 @@ from symgrad.compile import loop_source, loop_vm
 from symgrad.compile.loop_emitter import _Region
 from symgrad.compile.loop_source import _copied, _Filler, _Scope
 from symgrad.compile.loop_vm import COPY, ROWS, WORK, _Lowering
-from symgrad.compile.schedule import OWN_STEPS, Schedule, ScheduleError, Step, schedule
+from symgrad.compile.schedule import OWN_STEPS, Schedule, ScheduleError, Step, schedule, window
 from symgrad.expr.node import Expr
 
 
@@ -23,22 +23,27 @@ def _steps(node: Expr) -> list[Step]:
 
 def _source(filler: _Filler, scan_step: Step, at: _Scope) -> None:
     """A loop over the steps around the step's loops: row 0 of the carries holds the initial one
-    (row n reversed), the step reads the row before and writes the next (rows views)."""
+    (row n reversed), the step reads the row before and writes the next (rows views). A reversed
+    scan of which only the last carry is read (``Schedule.last_only``) keeps two rows, row t % 2
+    after step t (the last in row 0)."""
     node, inner, top = scan_step.nodes[0], scan_step.inner, at.top
     length, reverse, step = node.payload
     init, rows, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
     size, emitter, buffers = math.prod(init.shape), filler.emitter, filler.buffers
+    kept = 2 if node in at.sched.last_only else length + 1
     start, full = emitter.work, emitter.fresh("s")
     buffers[node] = full
-    top.lines.append(f"{full} = {emitter.take((length + 1) * size)}.reshape({node.shape!r})")
-    top.lines += _copied(emitter, "work", start + length * size if reverse else start, buffers[init], size)
+    top.lines.append(f"{full} = {emitter.take(kept * size)}.reshape({(kept, *node.shape[1:])!r})")
+    top.lines += _copied(emitter, "work", start + length % kept * size if reverse else start, buffers[init], size)
     for n in inner.order:  # a step equal to an earlier scan's (hash-consed) fills this scan's rows
         if n.op.name != "table":
             buffers.pop(n, None)
     t, body = emitter.fresh("i"), _Region(None, frozenset(), {})
     before, after = (f"{t} + 1", t) if reverse else (t, f"{t} + 1")
+    if kept == 2:
+        before, after = f"({before}) % 2", f"{after} % 2"
     for placeholder, source in ((step.carry, f"{full}[{before}]"),
-                                *((p, f"{buffers[a]}[{t}]") for p, a in zip(step.xs, rows))):
+                                *((p, _stacked(buffers, a, t)) for p, a in zip(step.xs, rows))):
         buffers[placeholder] = emitter.fresh("b")
         body.lines.append(f"{buffers[placeholder]} = {source}")
     buffers.update(zip(step.consts, (buffers[a] for a in consts)))
@@ -57,6 +62,12 @@ def _source(filler: _Filler, scan_step: Step, at: _Scope) -> None:
     else:
         top.lines.append(f"for {t} in range({length}):")
     top.lines += ["    " + line for line in body.lines]
+
+
+def _stacked(buffers: dict, a: Expr, t: str) -> str:
+    """Row ``t`` of the stacked input ``a``: of the array it is rows of, where it is (``window``)."""
+    rows = window(a)
+    return f"{buffers[a]}[{t}]" if rows is None else f"{buffers[rows[0]]}[{t} + {rows[1]}]"
 
 
 def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, along: list) -> None:
@@ -82,7 +93,8 @@ def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, a
         return ((base[0], base[1] + (length - 1) * n), -n) if reverse else (base, n)
 
     carries = step_row((WORK, w + size if reverse else w), size)
-    rows = [(p, step_row(buffers[a], math.prod(p.shape))) for p, a in zip(step.xs, stacks)]
+    rows = [(p, step_row(_stacked_at(buffers, a, math.prod(p.shape)), math.prod(p.shape)))
+            for p, a in zip(step.xs, stacks)]
     for placeholder, (src, stride) in [(step.carry, carries), *rows]:
         buffers[placeholder] = lowering.take(math.prod(placeholder.shape))
         row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
@@ -91,6 +103,15 @@ def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, a
     after, stride = step_row((WORK, w if reverse else w + size), size)
     row(buffers[inner.outputs[0]], 0, after, stride, size)
     top.lines.append(("loop", counter, length, body.lines))
+
+
+def _stacked_at(buffers: dict, a: Expr, n: int) -> tuple:
+    """Where row 0 of the stacked input ``a`` (rows of ``n``) is: in the array it is rows of (``window``)."""
+    rows = window(a)
+    if rows is None:
+        return buffers[a]
+    memory, offset = buffers[rows[0]]
+    return memory, offset + rows[1] * n
 
 
 OWN_STEPS["scan"] = _steps

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from symgrad.compile.plan import REDUCTIONS, loop_body, plan
 from symgrad.expr.node import Expr
-from symgrad.expr.rolled import costly, tensor, value_range
+from symgrad.expr.rolled import affine, costly, tensor, value_range
 from symgrad.expr.traverse import scalar_graph, terms, topo_order, total
 
 
@@ -38,14 +38,17 @@ class Step:
 @dataclass(eq=False)
 class Schedule:
     """The planned ``outputs``, their topological ``order``, the ``steps`` filling their arrays, ``home``
-    (an array written in another's buffer -> that array), and ``fused``: tensors of cheap arithmetic
-    only running sums read, which the compiled loops compute inside the running sums' loop."""
+    (an array written in another's buffer -> that array), ``fused``: tensors of cheap arithmetic
+    only running sums read, which the compiled loops compute inside the running sums' loop, and
+    ``last_only``: reversed scans of which only the last carry (row 0) is read, whose other rows
+    the compiled loops need not keep."""
 
     outputs: list[Expr]
     order: list[Expr]
     steps: list[Step]
     home: dict[Expr, Expr] = field(default_factory=dict)
     fused: set[Expr] = field(default_factory=set)
+    last_only: set[Expr] = field(default_factory=set)
 
     def owner(self, node: Expr) -> Expr:
         """The array whose buffer holds ``node``."""
@@ -80,7 +83,7 @@ def schedule(outputs: list[Expr]) -> Schedule:
             for nest in _nests(scatters):
                 home.update(dict.fromkeys(nest, total))
                 steps.append(Step("add", tuple(nest)))
-    done = Schedule(outputs, order, steps, home, _fused(order, outputs, units))
+    done = Schedule(outputs, order, steps, home, _fused(order, outputs, units), _last_only(order, outputs))
     verify(done)
     return done
 
@@ -116,6 +119,9 @@ def verify(s: Schedule) -> None:
     ...
     symgrad.compile.schedule.ScheduleError: step 1 (fill) computes tensor(sin(x[i]), i=0..2) a second time
     """
+    if not s.last_only <= _last_only(s.order, s.outputs):
+        raise ScheduleError(f"rows of the scan {_brief(next(iter(s.last_only - _last_only(s.order, s.outputs))))} "
+                            "but its last are read, and not kept")
     at_end = set(s.outputs).union(*(_scalar_reads(r) for r in s.outputs if not r.op.array_valued))
     last = {a: k for k, step in enumerate(s.steps) for a in _reads(step)}
     last.update((a, len(s.steps)) for a in at_end)
@@ -233,7 +239,7 @@ def _units(order: list[Expr], products: set, kept: Sequence[Expr]) -> list[tuple
     buffer of their own, and scatters over the same ranges in one loop (a gradient through
     strided or table addresses is then one pass, as written by hand)."""
     uses, present, kept = _uses(order), set(order), set(kept)
-    accumulating, hidden = {}, set()
+    accumulating, hidden = {}, _windows(order, uses, kept)
     for t in order:
         if t.op.name == "tensor" and t not in products:
             summed = terms(t.args[0])
@@ -350,7 +356,47 @@ def row_read(n: Expr) -> Expr | None:
 
 def loaded(node: Expr) -> set:
     """The arrays a tensor's or scatter's body reads (not through other arrays: those have their own
-    loops); the arrays another array op (running sums, a scan) reads whole."""
+    loops); the arrays another array op (running sums, a scan) reads whole, a scan's stacked rows of
+    another array (``window``) that array."""
+    if node.op.name == "scan":
+        return {(window(a) or (a,))[0] for a in node.args}
     if node.op.name not in ("tensor", "scatter"):
         return set(node.args)
     return {n.args[0] for n in loop_body(node) if n.op.name == "load"}
+
+
+def window(a: Expr) -> tuple[Expr, int] | None:
+    """``(N, c)`` where the tensor ``a`` is the rows ``c ..`` of the array ``N`` as they are (a scan's
+    carries before or after each step, which its reverse scan stacks), else None: a scan stacking
+    ``a`` reads those rows where they are (no copy; 16 MB for GradBench's ODE gradient)."""
+    if a.op.name != "tensor" or a.args[0].op.name != "load" or a.args[0].payload is not None:
+        return None
+    (n, first, *rest), at = a.args[0].args, a.args[1:]
+    if len(rest) != len(at) - 1 or n.shape[1:] != a.shape[1:] or n.op.name == "table" or any(
+            r is not i for r, i in zip(rest, at[1:])):
+        return None
+    form = affine(first)
+    if form is None or form[0] != {at[0]: 1} or not 0 <= form[1] <= n.shape[0] - a.shape[0]:
+        return None
+    return n, form[1]
+
+
+def _windows(order: list[Expr], uses: dict, kept: set) -> set:
+    """The ``window`` tensors only scans stack: not copied into buffers of their own."""
+    stacked: dict[Expr, int] = {}
+    for n in order:
+        if n.op.name == "scan":
+            for a in n.args[1:1 + len(n.payload[2].xs)]:
+                stacked[a] = stacked.get(a, 0) + 1
+    return {a for a, k in stacked.items() if k == uses[a] and a not in kept and window(a) is not None}
+
+
+def _last_only(order: list[Expr], outputs: list[Expr]) -> set:
+    """The reversed scans (not outputs) read by loads of row 0 alone: their last carry."""
+    scans = {n for n in order if n.op.name == "scan" and n.payload[1]}.difference(outputs)
+    for n in order:
+        for k, a in enumerate(n.args):
+            if a in scans and not (k == 0 and n.op.name == "load" and n.args[1].op.name == "const"
+                                   and n.args[1].payload == 0.0):
+                scans.discard(a)
+    return scans

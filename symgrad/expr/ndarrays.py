@@ -235,7 +235,26 @@ def element(arr: Expr, idx: tuple) -> Expr:
     """
     if arr.op.name == "tensor" and _pointwise(arr.args[0]):
         return rolled.substitute_indices(arr.args[0], dict(zip(arr.args[1:], idx)))
-    return apply(ops.OPS["load"], (arr, *idx))
+    if arr.op.name == "scatter":
+        arr, idx = _scatter_row(arr, idx)
+    return apply(ops.OPS["load"], (arr, *idx)) if arr is not None else const(0.0)
+
+
+def _scatter_row(sc: Expr, idx: tuple) -> tuple[Expr | None, tuple]:
+    """A scatter read where its address along an axis and the read's are both one constant: the
+    scatter without that axis (equal), None where they differ (zero there). A loss reading the last
+    carry of a scan seeds the reverse scan with a row of an array of zeros but one entry, which was
+    stored whole to read that row (8 MB for GradBench's ODE gradient)."""
+    body, k = sc.args[0], sc.payload[1]
+    addresses, indices, shape = sc.args[1:1 + k], sc.args[1 + k:], sc.payload[0]
+    same = [d for d, (a, i) in enumerate(zip(addresses, idx)) if a.op.name == i.op.name == "const"]
+    if any(addresses[d].payload != idx[d].payload for d in same):
+        return None, idx
+    if not same or len(same) == k:
+        return sc, idx
+    keep = [d for d in range(k) if d not in same]
+    return (rolled.scatter(body, tuple(addresses[d] for d in keep), indices, tuple(shape[d] for d in keep)),
+            tuple(idx[d] for d in keep))
 
 
 def _pointwise(body: Expr) -> bool:
