@@ -179,3 +179,33 @@ def test_rows_of_a_scan_read_but_its_last_are_refused_for_keeping_two():
     assert not every.last_only
     with pytest.raises(ScheduleError, match="but its last are read"):
         verify(Schedule(every.outputs, every.order, every.steps, every.home, every.fused, {node}))
+
+
+@pytest.mark.parametrize("backend", ["vm", "c", "numba"])
+def test_a_forward_scan_read_at_its_last_carry_alone_runs_reversed_over_its_rows_reversed(backend):
+    """A simulation's final state (``sg.scan`` forward, its last carry read): the compiled loops kept every
+    carry, steps x state. The plan runs it reversed over its rows reversed (read in place, backwards), and
+    the loops keep two rows. Over a slice of an argument, its reverse, and no rows (``length=``); chained."""
+    from symgrad.compile import c_backend
+
+    if backend == "c" and not c_backend.available():
+        pytest.skip("no C compiler")
+
+    def step(h, r):
+        return np.tanh(0.9 * h + r[:70]) + 0.1 * h[::-1], None
+
+    def f(X, c):
+        h, _ = sg.scan(step, c, X[1:])
+        h, _ = sg.scan(step, h, X[::-1])
+        h, _ = sg.scan(lambda h, _: (np.cos(h) * 0.5 + h[::-1] * 0.25, None), h, length=17)
+        return h[3] + h * np.sum(X)
+
+    rng = np.random.default_rng(4)
+    X, c = rng.normal(size=(40, 70)), rng.normal(size=70)
+    jitted = sg.jit(f, backend=backend)
+    np.testing.assert_allclose(jitted(X, c), sg.jit(f, backend="python")(X, c), rtol=1e-13, atol=1e-13)
+    planned = schedule([jitted.exprs])
+    assert len(planned.last_only) == 3  # (fills: X's sum, and each scan's initial carry: rows of 70)
+    assert all(np.prod(t.shape) <= 70 for s in planned.steps if s.kind == "fill" for t in s.nodes)
+    if backend != "vm":
+        assert jitted.trace(X, c).compiled.program.parts.work <= 12 * 70  # (every carry: over 97 x 70)

@@ -11,10 +11,11 @@ import operator
 from collections.abc import Callable
 
 from symgrad.expr.build import apply, const
+from symgrad.expr.ndarrays import element
 from symgrad.expr.node import Expr
 from symgrad.expr.ops import OPS
 from symgrad.expr.ranges import may_fail
-from symgrad.expr.rolled import by_name, costly, reduce, scatter, substitute_indices, tensor, value_range
+from symgrad.expr.rolled import by_name, costly, index, reduce, scatter, substitute_indices, tensor, value_range
 from symgrad.expr.traverse import rewrite, scalar_graph, topo_order
 
 REDUCTIONS = ("sum", "max", "min")
@@ -38,6 +39,7 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     wherever else it occurs, not computed again (the derivative of ``tanh(u)`` at every element
     uses ``tanh(u)``, which the forward tensor holds)."""
     finite: dict = {}
+    outputs = _last_carries(outputs)
     outputs, _ = _rewrite(outputs, lambda node, new: _summed(new, finite))
     bodies = _bodies(topo_order(outputs))  # (costly ones first: what _read_once computes again reads them)
     outputs, _ = _rewrite(outputs, lambda node, new: _materialised(new, bodies[node].args[1:])
@@ -70,6 +72,43 @@ def plan(outputs: list[Expr]) -> tuple[list[Expr], set[Expr]]:
     outputs, renamed = _rewrite(outputs, lambda node, new: None if node in products or new in products
                                 else _by_rows(new))  # (a product whose operands were rebuilt stays one)
     return outputs, {renamed.get(p, p) for p in products}
+
+
+def _last_carries(outputs: list[Expr]) -> list[Expr]:
+    """A scan run forward of which only the last carry is read, run reversed over its rows reversed (the
+    same steps in the same order, the same bits): its last carry is then row 0, and the compiled loops keep
+    two rows (``Schedule.last_only``) where they kept every carry (a simulation's steps x state)."""
+    order = topo_order(outputs)
+    last = {n: n.payload[0] for n in order if n.op.name == "scan" and not n.payload[1]}
+    for r in outputs:
+        last.pop(r, None)
+    for n in order:
+        for k, a in enumerate(n.args):
+            if a in last and not (k == 0 and n.op.name == "load" and n.args[1].op.name == "const"
+                                  and n.args[1].payload == last[a]):
+                del last[a]
+    if not last:
+        return outputs
+    reversed_scans: dict[Expr, Expr] = {}
+
+    def replace(node: Expr, new: Expr) -> Expr | None:
+        if node.op.name != "load" or node.args[0] not in last:
+            return None
+        s = new.args[0]
+        if s not in reversed_scans:
+            length, _, step = s.payload
+            k = 1 + len(step.xs)
+            rows = [_rows_reversed(x) for x in s.args[1:k]]
+            reversed_scans[s] = apply(OPS["scan"], (s.args[0], *rows, *s.args[k:]), (length, True, step))
+        return apply(OPS["load"], (reversed_scans[s], _ZERO, *new.args[2:]), new.payload)
+
+    return _rewrite(outputs, replace)[0]
+
+
+def _rows_reversed(x: Expr) -> Expr:
+    """The array ``x`` with its rows in reverse order."""
+    at = tuple(index(f"rev#{d}", n) for d, n in enumerate(x.shape))
+    return tensor(element(x, (apply(OPS["sub"], (const(x.shape[0] - 1), at[0])), *at[1:])), *at)
 
 
 def _users(order: list[Expr]) -> dict[Expr, int]:

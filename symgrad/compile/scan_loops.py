@@ -67,7 +67,10 @@ def _source(filler: _Filler, scan_step: Step, at: _Scope) -> None:
 def _stacked(buffers: dict, a: Expr, t: str) -> str:
     """Row ``t`` of the stacked input ``a``: of the array it is rows of, where it is (``window``)."""
     rows = window(a)
-    return f"{buffers[a]}[{t}]" if rows is None else f"{buffers[rows[0]]}[{t} + {rows[1]}]"
+    if rows is None:
+        return f"{buffers[a]}[{t}]"
+    n, c, step = rows
+    return f"{buffers[n]}[{c} + {t}]" if step == 1 else f"{buffers[n]}[{c} - {t}]"
 
 
 def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, along: list) -> None:
@@ -89,12 +92,11 @@ def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, a
         lowering.ints += [*source, stride, *destination, stride_to, n, counter]
         body.lines.append((ROWS, 0, len(lowering.ints) - 8, 0, 0, 0))
 
-    def step_row(base: tuple, n: int) -> tuple:  # (memory, offset of row 0 of the steps, stride)
+    def step_row(base: tuple, n: int) -> tuple:  # (memory, offset of the row of step 0, stride)
         return ((base[0], base[1] + (length - 1) * n), -n) if reverse else (base, n)
 
     carries = step_row((WORK, w + size if reverse else w), size)
-    rows = [(p, step_row(_stacked_at(buffers, a, math.prod(p.shape)), math.prod(p.shape)))
-            for p, a in zip(step.xs, stacks)]
+    rows = [(p, step_row(*_stacked_at(buffers, a, math.prod(p.shape)))) for p, a in zip(step.xs, stacks)]
     for placeholder, (src, stride) in [(step.carry, carries), *rows]:
         buffers[placeholder] = lowering.take(math.prod(placeholder.shape))
         row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
@@ -105,13 +107,14 @@ def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, a
     top.lines.append(("loop", counter, length, body.lines))
 
 
-def _stacked_at(buffers: dict, a: Expr, n: int) -> tuple:
-    """Where row 0 of the stacked input ``a`` (rows of ``n``) is: in the array it is rows of (``window``)."""
+def _stacked_at(buffers: dict, a: Expr, n: int) -> tuple[tuple, int]:
+    """Where row 0 of the stacked input ``a`` (rows of ``n``) is, and the stride to the next row: in the
+    array it is rows of (``window``)."""
     rows = window(a)
     if rows is None:
-        return buffers[a]
+        return buffers[a], n
     memory, offset = buffers[rows[0]]
-    return memory, offset + rows[1] * n
+    return (memory, offset + rows[1] * n), rows[2] * n
 
 
 OWN_STEPS["scan"] = _steps

@@ -365,10 +365,11 @@ def loaded(node: Expr) -> set:
     return {n.args[0] for n in loop_body(node) if n.op.name == "load"}
 
 
-def window(a: Expr) -> tuple[Expr, int] | None:
-    """``(N, c)`` where the tensor ``a`` is the rows ``c ..`` of the array ``N`` as they are (a scan's
-    carries before or after each step, which its reverse scan stacks), else None: a scan stacking
-    ``a`` reads those rows where they are (no copy; 16 MB for GradBench's ODE gradient)."""
+def window(a: Expr) -> tuple[Expr, int, int] | None:
+    """``(N, c, s)`` where the tensor ``a`` is the rows ``c, c + s, ...`` of the array ``N`` as they are
+    (``s`` 1 or -1: a scan's carries before or after each step, which its reverse scan stacks; a
+    stack's rows reversed, ``plan._last_carries``), else None: a scan stacking ``a`` reads those rows
+    where they are (no copy; 16 MB for GradBench's ODE gradient)."""
     if a.op.name != "tensor" or a.args[0].op.name != "load" or a.args[0].payload is not None:
         return None
     (n, first, *rest), at = a.args[0].args, a.args[1:]
@@ -376,9 +377,11 @@ def window(a: Expr) -> tuple[Expr, int] | None:
             r is not i for r, i in zip(rest, at[1:])):
         return None
     form = affine(first)
-    if form is None or form[0] != {at[0]: 1} or not 0 <= form[1] <= n.shape[0] - a.shape[0]:
+    if form is None or len(form[0]) != 1 or form[0].get(at[0]) not in (1, -1):
         return None
-    return n, form[1]
+    c, step = form[1], form[0][at[0]]
+    return (n, c, step) if 0 <= min(c, c + step * (a.shape[0] - 1)) and max(c, c + step * (a.shape[0] - 1)) < \
+        n.shape[0] else None
 
 
 def _windows(order: list[Expr], uses: dict, kept: set) -> set:
