@@ -2,6 +2,8 @@
 ``init`` and empty ``ys`` (``lax.scan`` of length 0), a carry that changes shape is refused, and a
 user's array named like a step's placeholder stays an input of its own."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -291,3 +293,37 @@ def test_a_step_reading_many_scalars_of_an_element_traced_array_has_a_gradient(n
     value, grad = sg.value_and_grad(f, backend="python")(w)
     assert value == pytest.approx(loop(w), rel=1e-12)
     np.testing.assert_allclose(grad, complex_step_grad(loop, w), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["python", "vm"])
+def test_a_step_reading_another_scans_result_is_rolled_not_a_nested_scan(backend):
+    """The tester's case: a step closing over the final carry of a scan run before it was refused as a
+    scan inside the step (its outer values were checked before closure conversion made them consts),
+    so the function was traced element by element (10,944 nodes). Rolled now, against the loop by hand
+    and central differences."""
+    rng = np.random.default_rng(3)
+    X, c0 = rng.normal(size=(25, 64)), rng.normal(size=64)
+
+    def f(c0, X):
+        h, _ = sg.scan(lambda h, x: (np.tanh(0.9 * h + x), None), c0, X[1:])
+        g, _ = sg.scan(lambda g, x: (np.sin(g) * h + x, None), c0, X[:-1])
+        return np.sum(g * g)
+
+    def by_hand(c0, X):
+        h = c0
+        for x in X[1:]:
+            h = np.tanh(0.9 * h + x)
+        g = c0
+        for x in X[:-1]:
+            g = np.sin(g) * h + x
+        return np.sum(g * g)
+
+    vg = sg.value_and_grad(f, argnums=1, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (the fallback to elements warned)
+        value, grad = vg(c0, X)
+    assert "rolled" in vg.explain() and value == pytest.approx(by_hand(c0, X), rel=1e-13)
+    for at in ((23, 5), (24, 7), (22, 0)):  # (the last rows: through g, through h, through both)
+        e = np.zeros_like(X)
+        e[at] = 1e-6
+        assert grad[at] == pytest.approx((by_hand(c0, X + e) - by_hand(c0, X - e)) / 2e-6, rel=1e-6)

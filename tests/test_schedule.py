@@ -160,9 +160,7 @@ def test_a_reverse_scan_reads_the_carries_where_they_are_and_keeps_two_rows(back
     assert scan.payload[1] and scan.shape == (s + 1, 2 * n)  # (the carry's adjoint, then x's running sum)
     assert not [t for step in planned.steps for t in step.nodes if step.kind in ("fill", "zero")
                 and np.prod(t.shape) >= s * n]
-    if backend != "vm":  # (the loop VM keeps every row of its scans)
-        program = f.trace(x).compiled.program
-        assert program.parts.work <= (s + 1) * n + 8 * n  # (was 6 (s + 1) n)
+    assert _workspace(f.trace(x).compiled.program, backend) <= (s + 1) * n + 20 * n  # (was 6 (s + 1) n)
 
 
 def test_rows_of_a_scan_read_but_its_last_are_refused_for_keeping_two():
@@ -207,5 +205,11 @@ def test_a_forward_scan_read_at_its_last_carry_alone_runs_reversed_over_its_rows
     planned = schedule([jitted.exprs])
     assert len(planned.last_only) == 3  # (fills: X's sum, and each scan's initial carry: rows of 70)
     assert all(np.prod(t.shape) <= 70 for s in planned.steps if s.kind == "fill" for t in s.nodes)
-    if backend != "vm":
-        assert jitted.trace(X, c).compiled.program.parts.work <= 12 * 70  # (every carry: over 97 x 70)
+    assert _workspace(jitted.trace(X, c).compiled.program, backend) <= 24 * 70  # (every carry: over 97 x 70)
+
+
+def _workspace(program, backend: str) -> int:
+    """The floats of workspace a loop program takes on ``backend``."""
+    from symgrad.compile import loop_vm
+
+    return int(loop_vm.lower(program)["dims"][2]) if backend == "vm" else program.parts.work

@@ -85,10 +85,11 @@ _PSEUDO = [
     (SCAN, "scan(ints[a:a + 8], x, p, out, work, tables)"),
     (SORT, "argsort(ints[a:a + 8], x, p, out, work, tables)"),
     # a row of a scan's carries, or of a stacked input, at the step a loop counter counts (ints:
-    # source memory, offset, stride; destination memory, offset, stride; size; counter)
-    (ROWS, "g = ints[a:a + 8]\ns = counters[g[7]]\n" + _MEMORY.format("g[0]") + "\nS = M\n" +
-     _MEMORY.format("g[3]") + "\nsrc, dst = g[1] + s * g[2], g[4] + s * g[5]\n"
-     "M[dst:dst + g[6]] = S[src:src + g[6]]"),
+    # source memory, offset, stride; destination memory, offset, stride; size; counter; then a phase
+    # and a period: rows (counter + phase) % period, a scan keeping two rows of its carries)
+    (ROWS, "g = ints[a:a + 10]\ns = counters[g[7]]\ns = (s + g[8]) % g[9] if g[9] > 0 else s\n" +
+     _MEMORY.format("g[0]") + "\nS = M\n" + _MEMORY.format("g[3]") +
+     "\nsrc, dst = g[1] + s * g[2], g[4] + s * g[5]\nM[dst:dst + g[6]] = S[src:src + g[6]]"),
     (RET, "ret = r[a, 0]"),
     (IDIV, "for j in range(L):\n    rd[j] = float(int(ra[j]) // int(rb[j]))"),
     (IMOD, "for j in range(L):\n    rd[j] = float(int(ra[j]) % int(rb[j]))"),

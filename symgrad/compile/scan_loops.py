@@ -76,34 +76,38 @@ def _stacked(buffers: dict, a: Expr, t: str) -> str:
 def _rows(lowering: _Lowering, scan_step: Step, sched: Schedule, top: _Region, along: list) -> None:
     """A loop over the steps: the carry before and each stacked input's row copied into the
     step's buffers, the step's rows, the carry after copied into its row (rows 1..n of the
-    carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one)."""
+    carries, row 0 the initial one; reversed: rows n-1..0, row n the initial one; reversed and
+    ``Schedule.last_only``: two rows, row t % 2 after step t, as in the compiled loops)."""
     node, inner = scan_step.nodes[0], scan_step.inner
     length, reverse, step = node.payload
     init, stacks, consts = node.args[0], node.args[1:1 + len(step.xs)], node.args[1 + len(step.xs):]
     size, buffers = math.prod(init.shape), lowering.buffers
-    _, w = lowering.take((length + 1) * size)
+    two = node in sched.last_only  # (step s: t = n-1-s reads row (t+1) % 2 = (s + n) % 2, writes (s + n - 1) % 2)
+    _, w = lowering.take((2 if two else length + 1) * size)
     buffers[node] = (WORK, w)
-    first = w + length * size if reverse else w
+    first = w + length % 2 * size if two else w + length * size if reverse else w
     top.lines.append((COPY, buffers[init][1], buffers[init][0], first, WORK, size))
     lowering.emitter.slots += 1
     counter, body = lowering.emitter.slots, _Region(None, frozenset(), {})
 
-    def row(source: tuple, stride: int, destination: tuple, stride_to: int, n: int) -> None:
-        lowering.ints += [*source, stride, *destination, stride_to, n, counter]
-        body.lines.append((ROWS, 0, len(lowering.ints) - 8, 0, 0, 0))
+    def row(source: tuple, stride: int, destination: tuple, stride_to: int, n: int, phase: int = 0,
+            period: int = 0) -> None:
+        lowering.ints += [*source, stride, *destination, stride_to, n, counter, phase, period]
+        body.lines.append((ROWS, 0, len(lowering.ints) - 10, 0, 0, 0))
 
     def step_row(base: tuple, n: int) -> tuple:  # (memory, offset of the row of step 0, stride)
         return ((base[0], base[1] + (length - 1) * n), -n) if reverse else (base, n)
 
-    carries = step_row((WORK, w + size if reverse else w), size)
+    carries = ((WORK, w), size) if two else step_row((WORK, w + size if reverse else w), size)
     rows = [(p, step_row(*_stacked_at(buffers, a, math.prod(p.shape)))) for p, a in zip(step.xs, stacks)]
-    for placeholder, (src, stride) in [(step.carry, carries), *rows]:
+    for k, (placeholder, (src, stride)) in enumerate([(step.carry, carries), *rows]):
         buffers[placeholder] = lowering.take(math.prod(placeholder.shape))
-        row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape))
+        row(src, stride, buffers[placeholder], 0, math.prod(placeholder.shape), *((length % 2, 2) if two and k == 0
+                                                                                  else ()))
     buffers.update(zip(step.consts, (buffers[a] for a in consts)))
     lowering.arrays(inner, body)
-    after, stride = step_row((WORK, w if reverse else w + size), size)
-    row(buffers[inner.outputs[0]], 0, after, stride, size)
+    after, stride = ((WORK, w), size) if two else step_row((WORK, w if reverse else w + size), size)
+    row(buffers[inner.outputs[0]], 0, after, stride, size, *(((length - 1) % 2, 2) if two else ()))
     top.lines.append(("loop", counter, length, body.lines))
 
 

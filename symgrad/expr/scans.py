@@ -129,13 +129,6 @@ def _node(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, lengt
     ``scan#k0``, ...): a step is the same node wherever it is built."""
     if body.op.name in ("array", "table"):  # the step computes its carry: a copy of an array read
         body = _copy(body)
-    inner = {n.op.name for n in topo_order([body])}
-    if "scan" in inner:
-        raise TracingError("sg.scan inside the step of another sg.scan has no rolled form yet: write the inner "
-                           "loop with NumPy (or a Python loop)")
-    if "custom" in inner:  # (the node's rule would live in a payload no derivative reads)
-        raise TracingError("a custom_jvp / custom_vjp function inside the step of an sg.scan has no rolled "
-                           "form yet")
     names = {carry: reserved("scan#c", carry.shape)}
     names.update((p, reserved(f"scan#x{k}", p.shape)) for k, (p, _) in enumerate(stacked))
     names.update((p, reserved(f"scan#k{k}", p.shape)) for k, (p, _) in enumerate(bound))
@@ -151,7 +144,16 @@ def _node(body: Expr, carry: Expr, init: Expr, stacked: list, bound: list, lengt
             consts.append(reserved(f"scan#k{k}", (1,)))
             names[a] = apply(ops.load, (consts[-1], const(0.0)))
             args.append(rolled.tensor(a, rolled.index("scan#one", 1)))
-    step = Step(substitute(body, names), names[carry], tuple(names[p] for p, _ in stacked), tuple(consts))
+    body = substitute(body, names)
+    # (after closure conversion: another scan's result the step reads is a const, not a scan inside it)
+    inner = {n.op.name for n in topo_order([body])}
+    if "scan" in inner:
+        raise TracingError("sg.scan inside the step of another sg.scan has no rolled form yet: write the inner "
+                           "loop with NumPy (or a Python loop)")
+    if "custom" in inner:  # (the node's rule would live in a payload no derivative reads)
+        raise TracingError("a custom_jvp / custom_vjp function inside the step of an sg.scan has no rolled "
+                           "form yet")
+    step = Step(body, names[carry], tuple(names[p] for p, _ in stacked), tuple(consts))
     return intern(ops.scan, tuple(args), (length, bool(reverse), step))
 
 
