@@ -301,22 +301,28 @@ def test_a_short_straight_line_program_runs_on_c_then_on_numba_with_the_same_bit
     assert np.array_equal(np.signbit(got["c"])[~nan], np.signbit(got["numba"])[~nan])
 
 
-def test_a_long_kernel_is_built_at_o1_with_the_same_bits(monkeypatch, tmp_path):
-    """A kernel longer than LONG_LINES is built at -O1 (gcc's time on long kernels nearly halves): an object of
-    its own, the same bits as at -O2."""
+def test_a_long_kernel_is_built_at_o1_and_a_huge_file_at_o0_with_the_same_bits(monkeypatch, tmp_path):
+    """A kernel longer than LONG_LINES is built at -O1 (gcc's time on long kernels nearly halves), one with a
+    file longer than HUGE_LINES at -O0 (an 81,000-node Hessian's one function: past gcc's 60 s at -O1, 6 s at
+    -O0): objects of their own, the same bits as at -O2."""
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
     x, i = sg.array("x", 300), sg.index("i", 299)
     f = sg.sum(sg.exp(sg.tanh(x[i + 1]) - x[i] ** 2) * sg.log1p(x[i] ** 2), i)
     v = np.random.default_rng(2).normal(size=300)
-    got = {}
-    for lines in (c_backend.LONG_LINES, 0):
+    got, levels, compiled = {}, [], c_backend._compiled
+    monkeypatch.setattr(c_backend, "_compiled", lambda command, options, *rest: levels.append(
+        [o for o in options if o.startswith("-O")]) or compiled(command, options, *rest))
+    for lines, huge in ((c_backend.LONG_LINES, c_backend.HUGE_LINES), (0, c_backend.HUGE_LINES), (0, 0)):
         monkeypatch.setattr(c_backend, "LONG_LINES", lines)
+        monkeypatch.setattr(c_backend, "HUGE_LINES", huge)
         value, g = sg.value_and_grad(f, [x], backend="c")(v)
-        got[lines] = np.concatenate([[value], g])
+        got[lines, huge] = np.concatenate([[value], g])
     objects = list((tmp_path / "c").glob("l*.so"))
-    assert len(objects) == 2 and np.array_equal(got[0], got[c_backend.LONG_LINES])
+    assert len(objects) == 3 and levels == [["-O2"], ["-O1"], ["-O0"]]
+    assert np.array_equal(got[0, 0], got[c_backend.LONG_LINES, c_backend.HUGE_LINES])
+    assert np.array_equal(got[0, c_backend.HUGE_LINES], got[0, 0])
     value, g = sg.value_and_grad(f, [x], backend="python")(v)
-    np.testing.assert_allclose(got[0], np.concatenate([[value], g]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got[0, 0], np.concatenate([[value], g]), rtol=1e-12, atol=1e-14)
 
 
 def test_a_long_kernel_under_auto_runs_unvectorised_first_then_vectorised_with_the_same_bits(first_on_c,

@@ -58,6 +58,11 @@ NATIVE = ("-march=native", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-ff
 # spends 4.5 s of CPU at -O2, 2.6 s at -O1 (both files at once on two cores: 2.4 -> 1.8 s), and its calls
 # run within 5%; the same bits (neither level changes a rounding: no -ffast-math, no contraction).
 LONG_LINES = 4000
+# A file longer than this (one function of straight-line code: an 81,000-node Hessian traced element by element)
+# is built at -O0: gcc's time grows faster than its length at -O1 (18,000 lines 11 s, 44,000 35 s, 83,000
+# past the 60 s limit; -Og no better) and linearly at -O0 (1.3, 3.2, 6.2 s). The same bits (no level
+# changes a rounding); its calls run slower, as the loop VM's would.
+HUGE_LINES = 10000
 # Under "auto" kernels longer than this are built first at -Og without the vectoriser (QUICK_LEAVES_OUT),
 # then in full on a background thread: the LSTM gradient's files 0.37 -> 0.21 s each against -O1's with
 # it, its calls 56 -> 62 ms; an ODE gradient's 1500 lines 0.22 -> 0.12 s of gcc (its first result 0.24
@@ -272,7 +277,7 @@ def _target(text: str, stem: str, others: Sequence[str], quick: bool) -> tuple[l
     """The compiler's command and options for ``build``, and the shared object it makes: named by all of them."""
     version, command, options = compiler()[1], _command(), flags()
     if quick or lines(text, others) > LONG_LINES:
-        level = "-Og" if quick else "-O1"
+        level = "-O0" if max(map(lines, (text, *others))) > HUGE_LINES else "-Og" if quick else "-O1"
         options = tuple(level if o == "-O2" else o for o in options if not (quick and o in QUICK_LEAVES_OUT))
     host = _host() if "-march=native" in options else ""
     key = hashlib.sha256("\0".join((text, *others, *command, version, host, *options)).encode()).hexdigest()[:32]
