@@ -222,9 +222,14 @@ def test_empty_chunks_dict_data_and_widths_are_told_before_anything_runs(client)
 def test_a_worker_killed_mid_run_changes_nothing(client):
     vg = sg.value_and_grad(logistic)
     w, X, y = data(40_000)
-    Xd = da.from_array(X, chunks=(1000, 4)).map_blocks(slowly)  # 40 chunks of 150 ms over 2 workers
-    yd = da.from_array(y, chunks=1000)
-    want = vg.sum(w, Xd, yd)
+
+    def chunked(run):  # (the same chunks under other names: the run's keys are not the reference's, which
+        # the scheduler may still hold when the run is submitted, making it done at once)
+        return (da.from_array(X, chunks=(1000, 4), name=f"X-{run}").map_blocks(slowly),  # 40 chunks of 150 ms
+                da.from_array(y, chunks=1000, name=f"y-{run}"))  # over 2 workers
+
+    want = vg.sum(w, *chunked("reference"))
+    Xd, yd = chunked("killed")
     future = client.compute(lazy_sum(vg, w, Xd, yd))
     pids = client.run(os.getpid)
     deadline = time.monotonic() + 30
