@@ -155,7 +155,7 @@ def test_a_reverse_scan_reads_the_carries_where_they_are_and_keeps_two_rows(back
     h = 1e-5 * np.eye(n)
     for k in (0, 31, 63):  # (y[-1] is a polynomial of degree 4 in each x_k: differences nearly exact)
         assert grad[k] == pytest.approx((loss(x + h[k]) - loss(x - h[k])) / 2e-5, rel=1e-7)
-    planned = schedule(list(f.exprs))
+    planned = schedule([f.exprs])
     (scan,) = planned.last_only
     assert scan.payload[1] and scan.shape == (s + 1, 2 * n)  # (the carry's adjoint, then x's running sum)
     assert not [t for step in planned.steps for t in step.nodes if step.kind in ("fill", "zero")

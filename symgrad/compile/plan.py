@@ -78,15 +78,9 @@ def _last_carries(outputs: list[Expr]) -> list[Expr]:
     """A scan run forward of which only the last carry is read, run reversed over its rows reversed (the
     same steps in the same order, the same bits): its last carry is then row 0, and the compiled loops keep
     two rows (``Schedule.last_only``) where they kept every carry (a simulation's steps x state)."""
-    order = topo_order(outputs)
-    last = {n: n.payload[0] for n in order if n.op.name == "scan" and not n.payload[1]}
-    for r in outputs:
-        last.pop(r, None)
-    for n in order:
-        for k, a in enumerate(n.args):
-            if a in last and not (k == 0 and n.op.name == "load" and n.args[1].op.name == "const"
-                                  and n.args[1].payload == last[a]):
-                del last[a]
+    order, kept = topo_order(outputs), set(outputs)
+    last = read_at_row(order, {n: n.payload[0] for n in order if n.op.name == "scan" and not n.payload[1]
+                               and n not in kept})
     if not last:
         return outputs
     reversed_scans: dict[Expr, Expr] = {}
@@ -103,6 +97,18 @@ def _last_carries(outputs: list[Expr]) -> list[Expr]:
         return apply(OPS["load"], (reversed_scans[s], _ZERO, *new.args[2:]), new.payload)
 
     return _rewrite(outputs, replace)[0]
+
+
+def read_at_row(order: list[Expr], rows: dict[Expr, int]) -> set[Expr]:
+    """Of the arrays ``rows`` maps to a row, those that ``order`` reads only by loads of that row (a scan's
+    last carry)."""
+    found = dict(rows)
+    for n in order:
+        for k, a in enumerate(n.args):
+            if a in found and not (k == 0 and n.op.name == "load" and n.args[1].op.name == "const"
+                                   and n.args[1].payload == found[a]):
+                del found[a]
+    return set(found)
 
 
 def _rows_reversed(x: Expr) -> Expr:

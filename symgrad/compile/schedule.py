@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from symgrad.compile.plan import REDUCTIONS, loop_body, plan
+from symgrad.compile.plan import REDUCTIONS, loop_body, plan, read_at_row
 from symgrad.expr.node import Expr
 from symgrad.expr.rolled import affine, costly, tensor, value_range
 from symgrad.expr.traverse import scalar_graph, terms, topo_order, total
@@ -396,10 +396,5 @@ def _windows(order: list[Expr], uses: dict, kept: set) -> set:
 
 def _last_only(order: list[Expr], outputs: list[Expr]) -> set:
     """The reversed scans (not outputs) read by loads of row 0 alone: their last carry."""
-    scans = {n for n in order if n.op.name == "scan" and n.payload[1]}.difference(outputs)
-    for n in order:
-        for k, a in enumerate(n.args):
-            if a in scans and not (k == 0 and n.op.name == "load" and n.args[1].op.name == "const"
-                                   and n.args[1].payload == 0.0):
-                scans.discard(a)
-    return scans
+    kept = set(outputs)
+    return read_at_row(order, {n: 0 for n in order if n.op.name == "scan" and n.payload[1] and n not in kept})

@@ -241,14 +241,15 @@ def element(arr: Expr, idx: tuple) -> Expr:
 
 
 def _scatter_row(sc: Expr, idx: tuple) -> tuple[Expr | None, tuple]:
-    """A scatter read where its address along an axis and the read's are both one constant: the
+    """A scatter read where its address along an axis takes one value and the read's is a constant: the
     scatter without that axis (equal), None where they differ (zero there). A loss reading the last
     carry of a scan seeds the reverse scan with a row of an array of zeros but one entry, which was
     stored whole to read that row (8 MB for GradBench's ODE gradient)."""
     body, k = sc.args[0], sc.payload[1]
     addresses, indices, shape = sc.args[1:1 + k], sc.args[1 + k:], sc.payload[0]
-    same = [d for d, (a, i) in enumerate(zip(addresses, idx)) if a.op.name == i.op.name == "const"]
-    if any(addresses[d].payload != idx[d].payload for d in same):
+    same = [d for d, (a, i) in enumerate(zip(addresses, idx)) if i.op.name == "const" and len(set(
+        rolled.value_range(a))) == 1]
+    if any(rolled.value_range(addresses[d])[0] != idx[d].payload for d in same):
         return None, idx
     if not same or len(same) == k:
         return sc, idx
